@@ -1,0 +1,51 @@
+# Front door. `make test` sets up, builds and runs every test; `make chat` runs the main job.
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+BUILD_DIR ?= build
+CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 300
+MODEL ?=
+
+.PHONY: all setup build test test-asan fuzz fuzz-smoke chat format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+# Release build; the binary ends up at build/tachyon.
+build:
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+chat: setup build
+	@$(BUILD_DIR)/tachyon info $(if $(MODEL),-m $(MODEL))
+
+test: setup build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+# The same suite built with AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: setup
+	@$(MAKE) --no-print-directory build BUILD_DIR=build-asan \
+	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTACHYON_SANITIZE=ON"
+	@cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer targets need clang; each runs FUZZ_SECONDS (make fuzz FUZZ_SECONDS=3600).
+build-fuzz/.configured:
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTACHYON_FUZZ=ON >/dev/null && touch $@
+
+fuzz: setup build-fuzz/.configured
+	@cmake --build build-fuzz -j $(JOBS)
+	@scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+
+fuzz-smoke: build-fuzz/.configured
+	@cmake --build build-fuzz -j $(JOBS)
+	@scripts/run_fuzzers.sh build-fuzz 20
+
+format:
+	@git ls-files '*.h' '*.cpp' | xargs clang-format -i
+
+clean:
+	@rm -rf build build-asan build-fuzz

@@ -1,0 +1,19 @@
+// Each subcommand registers itself on the top-level CLI11 app; its callback sets the exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tachyon::cli {
+
+// Exit code chosen by the command that ran (0 when it succeeded).
+int& exit_code();
+
+void add_info_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_detokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
+
+// Prints "tachyon: error: MESSAGE" on stderr and sets the exit code to 1.
+void fail(const std::string& message);
+
+}  // namespace tachyon::cli

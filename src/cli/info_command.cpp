@@ -1,0 +1,143 @@
+// `tachyon info [-m MODEL] [--json]`: what a model file holds.
+#include <cstdio>
+#include <string>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/model_path.h"
+#include "model_files/model_summary.h"
+
+namespace tachyon::cli {
+namespace {
+
+std::string human_count(uint64_t count) {
+  if (count >= 1'000'000'000) return fmt::format("{:.2f}B", count / 1e9);
+  if (count >= 1'000'000) return fmt::format("{:.1f}M", count / 1e6);
+  if (count >= 1'000) return fmt::format("{:.1f}K", count / 1e3);
+  return std::to_string(count);
+}
+
+std::string optional_text(const std::optional<uint64_t>& value) {
+  return value ? std::to_string(*value) : "unknown";
+}
+
+void print_text(const ModelSummary& s, const std::string& path) {
+  auto line = [](const char* label, const std::string& value) {
+    std::printf("%-14s %s\n", label, value.c_str());
+  };
+  line("file", fmt::format("{} ({:.1f} MB, GGUF v{})", path, s.file_bytes / 1e6, s.gguf_version));
+  if (!s.name.empty()) line("name", s.name);
+  line("architecture", s.architecture.empty() ? "unknown" : s.architecture);
+  line("parameters", fmt::format("{} ({})", human_count(s.num_parameters), s.num_parameters));
+  line("layers", optional_text(s.num_layers));
+  line("embedding", optional_text(s.embedding_size));
+  line("feed-forward", optional_text(s.feed_forward_size));
+  line("heads", fmt::format("{} query, {} key/value, head size {}", optional_text(s.num_heads),
+                            optional_text(s.num_kv_heads), optional_text(s.head_size)));
+  if (s.num_experts) {
+    line("experts", fmt::format("{} ({} used per token)", *s.num_experts,
+                                optional_text(s.num_experts_used)));
+  }
+  line("context", optional_text(s.context_length));
+  if (s.rms_norm_epsilon) line("rms norm eps", fmt::format("{:g}", *s.rms_norm_epsilon));
+  std::string rope = s.rope_freq_base ? fmt::format("freq base {:g}", *s.rope_freq_base)
+                                      : std::string("freq base unknown");
+  if (s.rope_dimensions) rope += fmt::format(", {} dimensions", *s.rope_dimensions);
+  if (s.rope_scaling_type && *s.rope_scaling_type != "none") {
+    rope += fmt::format(", {} scaling", *s.rope_scaling_type);
+    if (s.rope_scaling_factor) rope += fmt::format(" x{:g}", *s.rope_scaling_factor);
+    if (s.rope_original_context) rope += fmt::format(" from {}", *s.rope_original_context);
+  } else {
+    rope += ", no scaling";
+  }
+  line("rope", rope);
+  std::string types;
+  for (const auto& [type, count] : s.tensor_type_counts) {
+    types += fmt::format("{}{} x {}", types.empty() ? "" : ", ", type, count);
+  }
+  uint64_t num_tensors = 0;
+  for (const auto& [type, count] : s.tensor_type_counts) num_tensors += count;
+  line("tensors", fmt::format("{} ({:.1f} MB): {}", num_tensors, s.num_tensor_bytes / 1e6, types));
+  std::string tokenizer = s.tokenizer_model.empty() ? "none" : s.tokenizer_model;
+  if (!s.tokenizer_pre.empty()) tokenizer += " (pre: " + s.tokenizer_pre + ")";
+  tokenizer += fmt::format(", {} tokens", s.vocabulary_size);
+  if (s.num_merges) tokenizer += fmt::format(", {} merges", s.num_merges);
+  line("tokenizer", tokenizer);
+  for (const SpecialToken& token : s.special_tokens) {
+    line(fmt::format("{} token", token.role).c_str(),
+         fmt::format("{} {}", token.id,
+                     token.text.empty() ? "(outside the vocabulary)"
+                                        : boost::json::serialize(boost::json::string(token.text))));
+  }
+  line("adds bos", s.add_bos ? "yes" : "no");
+  line("chat template", s.has_chat_template ? "yes" : "no");
+}
+
+boost::json::object to_json(const ModelSummary& s, const std::string& path) {
+  auto optional_value = [](const auto& value) -> boost::json::value {
+    if (value) return boost::json::value(*value);
+    return nullptr;
+  };
+  boost::json::object types;
+  for (const auto& [type, count] : s.tensor_type_counts) types[type] = count;
+  boost::json::array special;
+  for (const SpecialToken& token : s.special_tokens) {
+    special.push_back({{"role", token.role}, {"id", token.id}, {"text", token.text}});
+  }
+  return {
+      {"file", path},
+      {"gguf_version", s.gguf_version},
+      {"name", s.name},
+      {"architecture", s.architecture},
+      {"parameters", s.num_parameters},
+      {"layers", optional_value(s.num_layers)},
+      {"embedding_size", optional_value(s.embedding_size)},
+      {"feed_forward_size", optional_value(s.feed_forward_size)},
+      {"heads", optional_value(s.num_heads)},
+      {"kv_heads", optional_value(s.num_kv_heads)},
+      {"head_size", optional_value(s.head_size)},
+      {"experts", optional_value(s.num_experts)},
+      {"experts_used", optional_value(s.num_experts_used)},
+      {"context_length", optional_value(s.context_length)},
+      {"rms_norm_epsilon", optional_value(s.rms_norm_epsilon)},
+      {"rope_freq_base", optional_value(s.rope_freq_base)},
+      {"rope_dimensions", optional_value(s.rope_dimensions)},
+      {"rope_scaling_type", optional_value(s.rope_scaling_type)},
+      {"rope_scaling_factor", optional_value(s.rope_scaling_factor)},
+      {"tensor_types", types},
+      {"tokenizer_model", s.tokenizer_model},
+      {"tokenizer_pre", s.tokenizer_pre},
+      {"vocabulary_size", s.vocabulary_size},
+      {"merges", s.num_merges},
+      {"special_tokens", special},
+      {"add_bos", s.add_bos},
+      {"chat_template", s.has_chat_template},
+  };
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  struct Options {
+    std::string model;
+    bool json = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand("info", "Show what a model file holds");
+  add_model_option(*command, options->model);
+  command->add_flag("--json", options->json, "Print JSON instead of text");
+  command->callback([options] {
+    Result<std::unique_ptr<GgufFile>> file = open_model(options->model);
+    if (!file.ok()) return fail(file.status().message());
+    const ModelSummary summary = summarize_model(**file);
+    if (options->json) {
+      std::printf("%s\n", boost::json::serialize(to_json(summary, (*file)->path())).c_str());
+    } else {
+      print_text(summary, (*file)->path());
+    }
+  });
+}
+
+}  // namespace tachyon::cli

@@ -1,0 +1,37 @@
+// The `tachyon` command: one subcommand per job.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace tachyon::cli {
+
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
+void fail(const std::string& message) {
+  std::fprintf(stderr, "tachyon: error: %s\n", message.c_str());
+  exit_code() = 1;
+}
+
+}  // namespace tachyon::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"tachyon: LLM inference engine and OpenAI-compatible server"};
+  app.require_subcommand(1);
+  tachyon::cli::add_info_command(app);
+  tachyon::cli::add_tokenize_command(app);
+  tachyon::cli::add_detokenize_command(app);
+#ifdef TACHYON_HAVE_TEMPLATE
+  tachyon::cli::add_template_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  return tachyon::cli::exit_code();
+}

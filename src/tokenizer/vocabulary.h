@@ -1,0 +1,59 @@
+// A tokenizer's vocabulary as GGUF stores it: token texts, scores, types, merges and the ids
+// of special tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "model_files/gguf_file.h"
+
+namespace tachyon {
+
+using TokenId = int32_t;
+
+// As numbered in tokenizer.ggml.token_type.
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct Vocabulary {
+  std::string model;  // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+  std::string pre;    // tokenizer.ggml.pre: selects the pre-tokenizer for "gpt2"
+  std::vector<std::string> tokens;  // token text, indexed by id
+  std::vector<float> scores;        // empty or one per token
+  std::vector<TokenType> types;     // one per token (kNormal when the file has none)
+  std::vector<std::string> merges;  // "left right", rank = index; byte-level BPE only
+  std::unordered_map<std::string, TokenId> token_to_id;
+
+  std::optional<TokenId> bos_id, eos_id, eot_id, eom_id, unknown_id, padding_id;
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_space_prefix = false;  // SentencePiece: prepend "▁" to text
+
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+  // Tokens whose text in the input is matched whole (as Hugging Face's added tokens are).
+  bool is_special(TokenId id) const {
+    return types[id] == TokenType::kControl || types[id] == TokenType::kUserDefined ||
+           types[id] == TokenType::kUnknown;
+  }
+  std::optional<TokenId> find(const std::string& text) const {
+    auto it = token_to_id.find(text);
+    if (it == token_to_id.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // Reads tokenizer.ggml.* metadata; every array and id is validated.
+  static Result<Vocabulary> from_gguf(const GgufFile& file);
+};
+
+}  // namespace tachyon
