@@ -136,12 +136,9 @@ class MetadataParser {
     const uint64_t count = cursor_.read<uint64_t>(key);
     const uint64_t min_bytes = min_encoded_size(element_type);
     if (count > cursor_.remaining() / min_bytes) {
-      fail(fmt::format("metadata '{}': array of {} {} elements needs at least {} bytes but only "
-                       "{} remain in the file",
-                       key, count, gguf_value_type_name(element_type),
-                       count > std::numeric_limits<uint64_t>::max() / min_bytes
-                           ? std::string("more than 2^64")
-                           : std::to_string(count * min_bytes),
+      fail(fmt::format("metadata '{}': array of {} {} elements (at least {} bytes each) runs past "
+                       "the end of the file ({} bytes remain)",
+                       key, count, gguf_value_type_name(element_type), min_bytes,
                        cursor_.remaining()));
     }
     total_elements_ += count;
