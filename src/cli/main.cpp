@@ -25,9 +25,7 @@ int main(int argc, char** argv) {
   tachyon::cli::add_info_command(app);
   tachyon::cli::add_tokenize_command(app);
   tachyon::cli::add_detokenize_command(app);
-#ifdef TACHYON_HAVE_TEMPLATE
   tachyon::cli::add_template_command(app);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,6 +1,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
+#include <cstdlib>
 #include <queue>
+
+#include <utf8proc.h>
 
 #include <fmt/format.h>
 
@@ -42,6 +45,20 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(Vocabulary vocabulary
 
 void BpeTokenizer::encode_text(std::string_view text, bool /*after_special*/,
                                std::vector<TokenId>& out) const {
+  std::string normalized;
+  if (pre_tokenizer_->normalize_nfc()) {
+    // utf8proc refuses invalid UTF-8; such text is split as it is.
+    utf8proc_uint8_t* nfc = nullptr;
+    const utf8proc_ssize_t length =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                     static_cast<utf8proc_ssize_t>(text.size()), &nfc,
+                     static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    if (length >= 0) {
+      normalized.assign(reinterpret_cast<const char*>(nfc), static_cast<size_t>(length));
+      text = normalized;
+    }
+    std::free(nfc);
+  }
   std::vector<std::string_view> pieces;
   pre_tokenizer_->split(text, pieces);
   for (std::string_view piece : pieces) encode_piece(piece, out);

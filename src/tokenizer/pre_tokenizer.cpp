@@ -40,7 +40,41 @@ constexpr const char* kSingleDigit = R"(\p{N})";
 struct Recipe {
   std::vector<const char*> stages;
   bool ignore_merges = false;
+  bool normalize_nfc = false;
 };
+
+// Unicode White_Space, which Hugging Face's regex engine (Oniguruma) means by \s. PCRE2's \s
+// also matches U+180E, which Unicode 6.3 moved out of White_Space.
+constexpr std::string_view kWhiteSpaceClass =
+    R"(\t\n\v\f\r\x20\x85\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// Rewrites \s and \S with kWhiteSpaceClass, inside and outside character classes.
+std::string with_unicode_white_space(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') {
+        out += in_class ? std::string(kWhiteSpaceClass) : "[" + std::string(kWhiteSpaceClass) + "]";
+      } else if (next == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpaceClass) + "]";
+      } else {
+        out += c;
+        out += next;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+    } else if (c == ']' && in_class) {
+      in_class = false;
+    }
+    out += c;
+  }
+  return out;
+}
 
 const std::map<std::string, Recipe, std::less<>>& recipes() {
   static const std::map<std::string, Recipe, std::less<>> kRecipes = {
@@ -50,7 +84,7 @@ const std::map<std::string, Recipe, std::less<>>& recipes() {
       {"smollm", {{kSingleDigit, kGpt2Pattern}}},
       {"llama-bpe", {{kLlama3Pattern}, true}},
       {"llama3", {{kLlama3Pattern}, true}},
-      {"qwen2", {{kQwen2Pattern}}},
+      {"qwen2", {{kQwen2Pattern}, false, true}},
       {"deepseek-v3", {{kDeepSeekV3Digits, kDeepSeekV3Cjk, kDeepSeekV3Pattern}}},
       {"kimi-k2", {{kKimiK2Pattern}}},
   };
@@ -110,8 +144,9 @@ Result<std::shared_ptr<const PreTokenizer>> PreTokenizer::for_name(std::string_v
   }
   std::shared_ptr<PreTokenizer> pre_tokenizer(new PreTokenizer());
   pre_tokenizer->ignore_merges_ = recipe->second.ignore_merges;
+  pre_tokenizer->normalize_nfc_ = recipe->second.normalize_nfc;
   for (const char* pattern : recipe->second.stages) {
-    TACHYON_ASSIGN_OR_RETURN(auto compiled, compile(pattern));
+    TACHYON_ASSIGN_OR_RETURN(auto compiled, compile(with_unicode_white_space(pattern)));
     pre_tokenizer->stages_.push_back(std::move(compiled));
   }
   cache.emplace(std::string(name), pre_tokenizer);

@@ -28,6 +28,8 @@ class PreTokenizer {
 
   // Llama-3 style vocabularies: a piece that is itself a token is taken whole, skipping merges.
   bool ignore_merges() const { return ignore_merges_; }
+  // Qwen2's tokenizer puts text in Unicode NFC before splitting.
+  bool normalize_nfc() const { return normalize_nfc_; }
 
  private:
   struct CompiledRegex;
@@ -36,6 +38,7 @@ class PreTokenizer {
 
   std::vector<std::unique_ptr<CompiledRegex>> stages_;
   bool ignore_merges_ = false;
+  bool normalize_nfc_ = false;
 };
 
 }  // namespace tachyon

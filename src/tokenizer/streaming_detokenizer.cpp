@@ -9,14 +9,20 @@ constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
 
 bool is_continuation(unsigned char byte) { return (byte & 0xc0) == 0x80; }
 
-// Length of the valid UTF-8 sequence at `bytes[i]`: > 0 when complete and valid, 0 when
-// valid so far but cut off by the end, -1 when invalid.
-int sequence_at(std::string_view bytes, size_t i) {
+// What starts at bytes[i]: a complete character of `length` bytes; an unfinished one cut off
+// by the end; or an invalid sequence whose maximal valid prefix is `length` bytes (Unicode's
+// "maximal subpart", which becomes a single U+FFFD, as in Python and Hugging Face).
+struct Sequence {
+  enum Kind { kComplete, kUnfinished, kInvalid } kind;
+  size_t length;
+};
+
+Sequence sequence_at(std::string_view bytes, size_t i) {
   const auto lead = static_cast<unsigned char>(bytes[i]);
-  if (lead < 0x80) return 1;
-  int length;
-  unsigned char low = 0x80;  // allowed range of the second byte (rules out overlongs and
-  unsigned char high = 0xbf;  // surrogates, and code points past U+10FFFF)
+  if (lead < 0x80) return {Sequence::kComplete, 1};
+  size_t length;
+  unsigned char low = 0x80;   // allowed range of the second byte (rules out overlongs,
+  unsigned char high = 0xbf;  // surrogates and code points past U+10FFFF)
   if (lead >= 0xc2 && lead <= 0xdf) {
     length = 2;
   } else if (lead >= 0xe0 && lead <= 0xef) {
@@ -28,14 +34,16 @@ int sequence_at(std::string_view bytes, size_t i) {
     if (lead == 0xf0) low = 0x90;
     if (lead == 0xf4) high = 0x8f;
   } else {
-    return -1;
+    return {Sequence::kInvalid, 1};
   }
-  for (int k = 1; k < length; ++k) {
-    if (i + k >= bytes.size()) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if (i + k >= bytes.size()) return {Sequence::kUnfinished, k};
     const auto byte = static_cast<unsigned char>(bytes[i + k]);
-    if (k == 1 ? (byte < low || byte > high) : !is_continuation(byte)) return -1;
+    if (k == 1 ? (byte < low || byte > high) : !is_continuation(byte)) {
+      return {Sequence::kInvalid, k};
+    }
   }
-  return length;
+  return {Sequence::kComplete, length};
 }
 
 }  // namespace
@@ -43,18 +51,15 @@ int sequence_at(std::string_view bytes, size_t i) {
 void take_complete_utf8(std::string& bytes, std::string& out, bool final) {
   size_t i = 0;
   while (i < bytes.size()) {
-    const int length = sequence_at(bytes, i);
-    if (length > 0) {
-      out.append(bytes, i, length);
-      i += length;
-    } else if (length == 0 && !final) {
+    const Sequence sequence = sequence_at(bytes, i);
+    if (sequence.kind == Sequence::kComplete) {
+      out.append(bytes, i, sequence.length);
+    } else if (sequence.kind == Sequence::kUnfinished && !final) {
       break;  // wait for the rest of this character
     } else {
       out += kReplacement;
-      // Skip the lead and the continuation bytes that belonged to it.
-      ++i;
-      while (length == 0 && i < bytes.size()) ++i;
     }
+    i += sequence.length;
   }
   bytes.erase(0, i);
 }

@@ -100,10 +100,17 @@ TEST(StreamingUtf8Test, HoldsBackUnfinishedAndReplacesInvalid) {
   EXPECT_EQ(out, "ab你!");
   EXPECT_TRUE(bytes.empty());
 
-  std::string invalid = "\xff" "a\xc0\xaf" "b\xed\xa0\x80";  // bad lead, overlong, surrogate
+  // Bad lead, overlong, surrogate: each byte is its own maximal subpart.
+  std::string invalid = "\xff" "a\xc0\xaf" "b\xed\xa0\x80";
   std::string replaced;
   take_complete_utf8(invalid, replaced, false);
   EXPECT_EQ(replaced, "\xef\xbf\xbd" "a\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+
+  // A valid start cut short by another character is one U+FFFD, as Python decodes it.
+  std::string cut_short = "\xe1\xb8" "a\xf0\x9f\x91" "b";
+  std::string one_each;
+  take_complete_utf8(cut_short, one_each, false);
+  EXPECT_EQ(one_each, "\xef\xbf\xbd" "a\xef\xbf\xbd" "b");
 
   std::string cut = "x\xf0\x9f\x91";
   std::string final_out;

@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Tiny random-weight Llama-family models, written as GGUF files the way llama.cpp's converter
+writes real ones. tachyon's golden-logits test loads these files and compares its logits with
+the ones Hugging Face transformers computed from the same weights
+(tools/make_hf_logits_goldens.py, tests/golden/logits/).
+
+Needs only numpy and gguf (the test venv):
+
+    .venv/bin/python tools/tiny_models.py OUT_DIR        # writes every CONFIGS entry, F32 and F16
+
+or, from Python: `write_model(name, "f32" | "f16", path)`.
+
+Weights are made in the Hugging Face layout (`hf_weights`), deterministically from
+`numpy.random.default_rng(config.seed)`, and converted to GGUF names and layout here.
+
+Q/K layout -- the one thing that is easy to get wrong:
+  * Hugging Face applies RoPE with `rotate_half`: inside each head of size D, dimension j is
+    rotated together with dimension j + D/2 ("NeoX" pairing), by angle pos * inv_freq[j].
+  * llama.cpp's converter stores the *llama* architecture's attn_q / attn_k weights with the
+    rows of each head permuted so that those partners become adjacent: GGUF row 2j holds HF row
+    j and GGUF row 2j+1 holds HF row j + D/2 (per head; attn_q uses head_count heads, attn_k
+    head_count_kv heads). ggml then uses its "normal" RoPE mode, rotating pairs (2j, 2j+1) by
+    pos * inv_freq[j]. `permute_rows_for_gguf` does this (and for a Q/K bias or norm the same
+    permutation would apply to the vector; no llama config here has one).
+  * qwen2 and qwen3 are stored unpermuted; llama.cpp runs them in NeoX mode (pairs j, j + D/2),
+    exactly like Hugging Face.
+  Either way q.k is unchanged, so the logits are the same as Hugging Face's.
+
+Dtypes follow llama.cpp: in an F16 file every 2-D weight matrix (token_embd, output, attention
+and FFN projections) is F16; norms, biases and rope_freqs stay F32. `general.file_type` is 0
+(ALL_F32) or 1 (MOSTLY_F16).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+# --------------------------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    name: str
+    arch: str                       # GGUF architecture: "llama", "qwen2" or "qwen3"
+    seed: int
+    vocab_size: int
+    hidden_size: int = 64
+    num_layers: int = 2
+    ffn_size: int = 128
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int | None = None     # None: hidden_size // num_heads
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    tied_embeddings: bool = False
+    context_length: int = 128       # max_position_embeddings
+    # Hugging Face-style rope_scaling dict (rope_type: "linear", "llama3" or "yarn") or None.
+    rope_scaling: dict | None = field(default=None, hash=False)
+    description: str = ""
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.arch == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch == "qwen3"
+
+    @property
+    def gguf_rope_layout(self) -> str:
+        """'normal' (adjacent pairs, Q/K rows permuted in the file) or 'neox' (pairs j, j+D/2)."""
+        return "normal" if self.arch == "llama" else "neox"
+
+
+CONFIGS: list[TinyConfig] = [
+    TinyConfig(
+        name="llama_gqa", arch="llama", seed=101, vocab_size=288,
+        num_heads=4, num_kv_heads=2, rope_theta=10000.0,
+        description="llama, GQA 4 query / 2 KV heads, untied output, no RoPE scaling"),
+    TinyConfig(
+        name="llama_mqa_tied", arch="llama", seed=102, vocab_size=272, ffn_size=160,
+        num_heads=4, num_kv_heads=1, rope_theta=1e6, tied_embeddings=True,
+        description="llama, MQA (1 KV head), tied embeddings (no output.weight), theta 1e6"),
+    TinyConfig(
+        name="llama3_rope", arch="llama", seed=103, vocab_size=300,
+        num_heads=4, num_kv_heads=2, rope_theta=10000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+        description="llama, llama3 RoPE scaling (factor 8, low 1, high 4, original 32) stored "
+                    "as rope_freqs.weight"),
+    TinyConfig(
+        name="llama_linear_rope", arch="llama", seed=104, vocab_size=264, ffn_size=144,
+        num_heads=4, num_kv_heads=4, rope_theta=10000.0, rms_eps=1e-4,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+        description="llama, plain MHA, linear RoPE scaling (factor 2), rms eps 1e-4"),
+    TinyConfig(
+        name="qwen2_bias_tied", arch="qwen2", seed=105, vocab_size=320,
+        num_heads=4, num_kv_heads=2, rope_theta=1e6, rms_eps=1e-6, tied_embeddings=True,
+        description="qwen2, Q/K/V bias, GQA, tied embeddings, NeoX RoPE, theta 1e6"),
+    TinyConfig(
+        name="qwen2_yarn", arch="qwen2", seed=106, vocab_size=296,
+        num_heads=4, num_kv_heads=2, rope_theta=10000.0, rms_eps=1e-6,
+        # Hugging Face derives YaRN's attention factor from max_position_embeddings /
+        # original_max_position_embeddings, so keep that ratio equal to `factor`.
+        context_length=128,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                      "beta_fast": 32.0, "beta_slow": 1.0},
+        description="qwen2, Q/K/V bias, YaRN RoPE scaling (factor 4, original 32, beta 32/1)"),
+    TinyConfig(
+        name="qwen3_qknorm", arch="qwen3", seed=107, vocab_size=312, ffn_size=160,
+        num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=1e6, rms_eps=1e-6,
+        description="qwen3, per-head Q/K RMSNorm, head_dim 32 != hidden/heads 16, untied"),
+]
+
+CONFIGS_BY_NAME = {config.name: config for config in CONFIGS}
+DTYPES = ("f32", "f16")
+NUM_INPUT_TOKENS = 64
+
+
+def get_config(name: str) -> TinyConfig:
+    if name not in CONFIGS_BY_NAME:
+        raise KeyError(f"unknown tiny model '{name}'; known: {', '.join(CONFIGS_BY_NAME)}")
+    return CONFIGS_BY_NAME[name]
+
+
+def gguf_file_name(name: str, dtype: str) -> str:
+    return f"{name}.{dtype}.gguf"
+
+
+def input_token_ids(config: TinyConfig) -> list[int]:
+    """The fixed 64-token prompt the goldens are computed on (ids in [0, vocab))."""
+    rng = np.random.default_rng(9000 + config.seed)
+    return [int(t) for t in rng.integers(0, config.vocab_size, NUM_INPUT_TOKENS)]
+
+
+# --------------------------------------------------------------------------------------------
+# Weights (Hugging Face names and layout: Linear weights are [out_features, in_features])
+# --------------------------------------------------------------------------------------------
+
+# Standard deviations: big enough that attention is not uniform and logits are O(1-10).
+EMBEDDING_STD = 0.3
+OUTPUT_STD = 0.3
+QK_STD = 0.15
+OTHER_STD = 0.1
+BIAS_STD = 0.1
+NORM_NOISE = 0.1
+
+
+def hf_weights(config: TinyConfig, dtype: str = "f32") -> dict[str, np.ndarray]:
+    """All weights, keyed by Hugging Face parameter name, as float32 arrays. For dtype "f16" the
+    2-D matrices are rounded to float16 and back: exactly the values an F16 GGUF holds."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype '{dtype}', expected one of {DTYPES}")
+    weights = _random_hf_weights(config)
+    if dtype == "f16":
+        weights = {name: _round_f16(array) if array.ndim == 2 else array
+                   for name, array in weights.items()}
+    return weights
+
+
+def _round_f16(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float16).astype(np.float32)
+
+
+def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(config.seed)
+    hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
+    q_size, kv_size = config.num_heads * head, config.num_kv_heads * head
+
+    def normal(std: float, *shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm(size: int) -> np.ndarray:
+        return (1.0 + rng.standard_normal(size) * NORM_NOISE).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {}
+    w["model.embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, hidden)
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        w[p + "input_layernorm.weight"] = norm(hidden)
+        w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
+        w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
+        w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
+        if config.qkv_bias:
+            w[p + "self_attn.q_proj.bias"] = normal(BIAS_STD, q_size)
+            w[p + "self_attn.k_proj.bias"] = normal(BIAS_STD, kv_size)
+            w[p + "self_attn.v_proj.bias"] = normal(BIAS_STD, kv_size)
+        if config.qk_norm:
+            w[p + "self_attn.q_norm.weight"] = norm(head)
+            w[p + "self_attn.k_norm.weight"] = norm(head)
+        w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
+        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+        w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+        w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
+    w["model.norm.weight"] = norm(hidden)
+    if not config.tied_embeddings:
+        w["lm_head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
+    return w
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face -> GGUF
+# --------------------------------------------------------------------------------------------
+
+_LAYER_TENSOR_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+_GLOBAL_TENSOR_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+
+
+def gguf_tensor_name(hf_name: str) -> str:
+    if hf_name in _GLOBAL_TENSOR_NAMES:
+        return _GLOBAL_TENSOR_NAMES[hf_name]
+    parts = hf_name.split(".", 3)  # model, layers, N, rest
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in _LAYER_TENSOR_NAMES:
+        return f"blk.{parts[2]}.{_LAYER_TENSOR_NAMES[parts[3]]}"
+    raise KeyError(f"no GGUF name for Hugging Face tensor '{hf_name}'")
+
+
+def permute_rows_for_gguf(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """HF Q/K rows -> llama.cpp 'normal' RoPE order. Inside each head of D rows, the HF order is
+    [0, 1, ..., D/2-1 | D/2, ..., D-1]; the GGUF order interleaves the halves:
+    [0, D/2, 1, D/2+1, ...], so GGUF row 2j = HF row j and GGUF row 2j+1 = HF row j + D/2."""
+    rows = weight.shape[0]
+    head = rows // num_heads
+    split = weight.reshape(num_heads, 2, head // 2, *weight.shape[1:])  # [head, half, j, ...]
+    return split.swapaxes(1, 2).reshape(weight.shape)                   # [head, j, half, ...]
+
+
+def unpermute_rows_from_gguf(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """Inverse of permute_rows_for_gguf."""
+    rows = weight.shape[0]
+    head = rows // num_heads
+    split = weight.reshape(num_heads, head // 2, 2, *weight.shape[1:])  # [head, j, half, ...]
+    return split.swapaxes(1, 2).reshape(weight.shape)                   # [head, half, j, ...]
+
+
+def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
+    """GGUF name -> array as stored (F16 or F32), in llama.cpp's layout. Arrays keep the numpy
+    [rows, cols] = [out, in] shape; GGUF lists dimensions innermost first, so the file says
+    [in, out] (e.g. token_embd is [hidden, vocab])."""
+    out: dict[str, np.ndarray] = {}
+    for hf_name, array in hf_weights(config, "f32").items():
+        name = gguf_tensor_name(hf_name)
+        if config.gguf_rope_layout == "normal":
+            if name.endswith(("attn_q.weight", "attn_q.bias")):
+                array = permute_rows_for_gguf(array, config.num_heads)
+            elif name.endswith(("attn_k.weight", "attn_k.bias")):
+                array = permute_rows_for_gguf(array, config.num_kv_heads)
+        if dtype == "f16" and array.ndim == 2:
+            array = array.astype(np.float16)
+        out[name] = np.ascontiguousarray(array)
+    freqs = rope_freqs_factors(config)
+    if freqs is not None:
+        out["rope_freqs.weight"] = freqs
+    return out
+
+
+def rope_freqs_factors(config: TinyConfig) -> np.ndarray | None:
+    """llama3 RoPE scaling as llama.cpp's converter stores it: one f32 per rotated pair j (D/2
+    values) that divides the frequency: inv_freq'[j] = inv_freq[j] / factors[j], where
+    inv_freq[j] = theta^(-2j/D). The factor is 1 for wavelengths shorter than
+    original/high_freq_factor, `factor` for wavelengths longer than original/low_freq_factor,
+    and 1 / ((1 - s)/factor + s) in between, s = (original/wavelen - low) / (high - low)."""
+    scaling = config.rope_scaling
+    if not scaling or scaling["rope_type"] != "llama3":
+        return None
+    dim = config.head_size
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    inv_freq = 1.0 / (config.rope_theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    factors = []
+    for freq in inv_freq:
+        wavelen = 2.0 * math.pi / freq
+        if wavelen < original / high:
+            factors.append(1.0)
+        elif wavelen > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            factors.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizer: a byte-level BPE ("gpt2") vocabulary of exactly vocab_size tokens
+# --------------------------------------------------------------------------------------------
+
+BOS_TEXT = "<|bos|>"
+EOS_TEXT = "<|eos|>"
+_MERGE_WORDS = [" the", " and", " of", " to", " in", " is", "ing", "er", "on", " that", " it",
+                 " for", " with", " as", " was", " he", " be", " at", " by", " this", " have",
+                 " from", " or", " one", " had", " not", " but", " what", " all", " were",
+                 " when", " we", " there", " can", " an", " your", " which", " their", " said",
+                 " if", " do", " will", " each", " about", " how", " up", " out", " them"]
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table: printable Latin-1 bytes map to themselves, the
+    other 68 bytes to U+0100 onwards in byte order."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def tokenizer_vocabulary(vocab_size: int) -> tuple[list[str], list[str], list[int]]:
+    """(tokens, merges, token types): the 256 byte tokens in byte order, then merged tokens
+    built from _MERGE_WORDS until the vocabulary is full, then <|bos|> and <|eos|>."""
+    if vocab_size < 258:
+        raise ValueError(f"vocab_size {vocab_size} is below 258 (256 bytes + bos + eos)")
+    byte_char = _bytes_to_unicode()
+    tokens = [byte_char[b] for b in range(256)]
+    known = set(tokens)
+    merges: list[str] = []
+    num_merged = vocab_size - 256 - 2
+    for word in _MERGE_WORDS:
+        symbols = [byte_char[b] for b in word.encode("utf-8")]
+        # Merge left to right: ((a b) c) d ...
+        current = symbols[0]
+        for symbol in symbols[1:]:
+            if len(merges) == num_merged:
+                break
+            merged = current + symbol
+            if merged not in known:
+                merges.append(f"{current} {symbol}")
+                tokens.append(merged)
+                known.add(merged)
+            current = merged
+    # Not enough words: pad with merges of two byte tokens (still valid BPE).
+    filler = iter((a, b) for a in "abcdefghijklmnopqrstuvwxyz" for b in "abcdefghijklmnopqrstuvwxyz")
+    while len(merges) < num_merged:
+        a, b = next(filler)
+        if a + b not in known:
+            merges.append(f"{a} {b}")
+            tokens.append(a + b)
+            known.add(a + b)
+    tokens += [BOS_TEXT, EOS_TEXT]
+    types = [int(gguf.TokenType.NORMAL)] * (vocab_size - 2) + [int(gguf.TokenType.CONTROL)] * 2
+    assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
+    return tokens, merges, types
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def _add_rope_scaling_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> None:
+    """Metadata keys as llama.cpp's converter writes them. llama3 scaling writes no scaling keys
+    at all: it lives only in the rope_freqs.weight tensor."""
+    scaling = config.rope_scaling
+    if not scaling:
+        return
+    kind = scaling["rope_type"]
+    if kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(scaling["factor"])
+    elif kind == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(scaling["factor"])
+        writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
+        # The converter copies these only when the HF config has them; ours does (HF defaults).
+        writer.add_rope_scaling_yarn_beta_fast(scaling["beta_fast"])
+        writer.add_rope_scaling_yarn_beta_slow(scaling["beta_slow"])
+    elif kind != "llama3":
+        raise ValueError(f"unknown rope_type '{kind}'")
+
+
+def write_model(name: str, dtype: str, path: str | Path) -> Path:
+    """Writes tiny model `name` ("f32" or "f16") as a GGUF file at `path`."""
+    config = get_config(name)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype '{dtype}', expected one of {DTYPES}")
+    path = Path(path)
+    writer = gguf.GGUFWriter(str(path), arch=config.arch)
+    writer.add_name(f"tachyon-tiny-{config.name}")
+    file_type = gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32
+    writer.add_file_type(int(file_type))
+    writer.add_context_length(config.context_length)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_layers)
+    writer.add_feed_forward_length(config.ffn_size)
+    writer.add_head_count(config.num_heads)
+    writer.add_head_count_kv(config.num_kv_heads)
+    if config.head_size != config.hidden_size // config.num_heads:
+        writer.add_key_length(config.head_size)
+        writer.add_value_length(config.head_size)
+    writer.add_rope_freq_base(config.rope_theta)
+    writer.add_rope_dimension_count(config.head_size)
+    writer.add_layer_norm_rms_eps(config.rms_eps)
+    writer.add_vocab_size(config.vocab_size)
+    _add_rope_scaling_metadata(writer, config)
+
+    tokens, merges, types = tokenizer_vocabulary(config.vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index(BOS_TEXT))
+    writer.add_eos_token_id(tokens.index(EOS_TEXT))
+    writer.add_add_bos_token(False)
+
+    for tensor_name, array in gguf_tensors(config, dtype).items():
+        writer.add_tensor(tensor_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: tiny_models.py OUT_DIR")
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for config in CONFIGS:
+        for dtype in DTYPES:
+            path = write_model(config.name, dtype, out / gguf_file_name(config.name, dtype))
+            print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()
