@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/model_path.h"
@@ -54,9 +54,8 @@ Result<boost::json::value> parse_json(const std::string& text, const std::string
         ++column;
       }
     }
-    return invalid_argument(
-        fmt::format("{}: not valid JSON at line {}, column {}: {}", what, line, column,
-                    error.message()));
+    return invalid_argument(fmt::format("{}: not valid JSON at line {}, column {}: {}", what, line,
+                                        column, error.message()));
   }
   return parser.release();
 }
@@ -87,8 +86,8 @@ Status run(const TemplateOptions& options, std::string& rendered) {
     boost::json::object& object = messages.as_object();
     const boost::json::value* list = object.if_contains("messages");
     if (list == nullptr || !list->is_array()) {
-      return invalid_argument(fmt::format("{}: the object has no \"messages\" array",
-                                          options.messages_path));
+      return invalid_argument(
+          fmt::format("{}: the object has no \"messages\" array", options.messages_path));
     }
     inputs.messages = list->as_array();
     for (const auto& [key, value] : object) {
@@ -100,9 +99,9 @@ Status run(const TemplateOptions& options, std::string& rendered) {
       }
     }
   } else {
-    return invalid_argument(fmt::format(
-        "{}: expected a JSON array of messages or an object with \"messages\"",
-        options.messages_path));
+    return invalid_argument(
+        fmt::format("{}: expected a JSON array of messages or an object with \"messages\"",
+                    options.messages_path));
   }
   if (!options.tools_path.empty()) {
     TACHYON_ASSIGN_OR_RETURN(inputs.tools, read_json_file(options.tools_path));
@@ -129,9 +128,10 @@ Status run(const TemplateOptions& options, std::string& rendered) {
   } else {
     std::optional<std::string> embedded = model->get_string("tokenizer.chat_template");
     if (!embedded) {
-      return not_found(fmt::format("{} has no chat template (tokenizer.chat_template); pass "
-                                   "--template FILE",
-                                   model->path()));
+      return not_found(
+          fmt::format("{} has no chat template (tokenizer.chat_template); pass "
+                      "--template FILE",
+                      model->path()));
     }
     source = std::move(*embedded);
     template_name = model->path();
@@ -160,8 +160,7 @@ Status run(const TemplateOptions& options, std::string& rendered) {
 
 void add_template_command(CLI::App& app) {
   auto options = std::make_shared<TemplateOptions>();
-  CLI::App* command =
-      app.add_subcommand("template", "Render a conversation with a chat template");
+  CLI::App* command = app.add_subcommand("template", "Render a conversation with a chat template");
   add_model_option(*command, options->model);
   command
       ->add_option("--messages", options->messages_path,

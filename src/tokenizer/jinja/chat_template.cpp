@@ -25,8 +25,7 @@ Status to_status(const jinja::TemplateError& error) {
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(std::shared_ptr<const Program> program)
-    : program_(std::move(program)) {}
+ChatTemplate::ChatTemplate(std::shared_ptr<const Program> program) : program_(std::move(program)) {}
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;

@@ -40,7 +40,7 @@ struct Expr {
   int line = 1;
   int depth = 1;  // height of this subtree; bounded so evaluation and destruction stay shallow
   Value literal;
-  std::string name;  // name, attribute, filter, test or binary operator
+  std::string name;                    // name, attribute, filter, test or binary operator
   std::vector<std::string> operators;  // kCompare: "==", "!=", "<", "<=", ">", ">=", "in", "notin"
   std::vector<ExprPtr> children;
   std::vector<ExprPtr> args;  // call, filter and test arguments
@@ -51,8 +51,8 @@ struct Expr {
 struct Target {
   enum class Kind { kName, kTuple, kAttribute };
   Kind kind = Kind::kName;
-  std::string name;       // kName: variable; kAttribute: the namespace variable
-  std::string attribute;  // kAttribute
+  std::string name;           // kName: variable; kAttribute: the namespace variable
+  std::string attribute;      // kAttribute
   std::vector<Target> items;  // kTuple
 };
 
@@ -61,16 +61,16 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using StmtList = std::vector<StmtPtr>;
 
 enum class StmtKind {
-  kText,      // text
-  kOutput,    // {{ expr }}
-  kIf,        // branches (condition, body); a null condition is the else branch
-  kFor,       // for target in expr [if filter] body [else else_body]
-  kSet,       // set target = expr
-  kSetBlock,  // set target [| filters] body endset
-  kMacro,     // macro name(params) body
-  kCallBlock,  // call [(params)] expr body
+  kText,         // text
+  kOutput,       // {{ expr }}
+  kIf,           // branches (condition, body); a null condition is the else branch
+  kFor,          // for target in expr [if filter] body [else else_body]
+  kSet,          // set target = expr
+  kSetBlock,     // set target [| filters] body endset
+  kMacro,        // macro name(params) body
+  kCallBlock,    // call [(params)] expr body
   kFilterBlock,  // filter expr(with null input) body
-  kWith,      // with name = expr, ... body
+  kWith,         // with name = expr, ... body
   kBreak,
   kContinue,
   kScope,  // a body rendered as is (Hugging Face's {% generation %})
@@ -92,6 +92,11 @@ struct Stmt {
   StmtList body;
   StmtList else_body;
   std::vector<MacroParam> params;  // kMacro, kCallBlock
+  // kMacro, kCallBlock: whether the body reads these, which decides if extra arguments (or a
+  // caller) are accepted, as in jinja2.
+  bool uses_varargs = false;
+  bool uses_kwargs = false;
+  bool uses_caller = false;
   std::vector<std::pair<Target, ExprPtr>> assignments;  // kWith
 };
 

@@ -94,7 +94,8 @@ bool apply_builtin_test(JinjaInterpreter& interpreter, std::string_view name, co
     return *bound[0];
   };
   auto no_args = [&]() { bind_arguments(name, args, {}); };
-  auto compare = [&](bool less_is_true, bool or_equal, bool swap) {
+  // value < other (or <=); `swap` compares other < value for > and >=.
+  auto compare = [&](bool or_equal, bool swap) {
     const Value other = one_arg();
     const Value& a = swap ? other : value;
     const Value& b = swap ? value : other;
@@ -106,7 +107,6 @@ bool apply_builtin_test(JinjaInterpreter& interpreter, std::string_view name, co
       raise_error("comparison not supported between instances of '" + python_type_name(a) +
                   "' and '" + python_type_name(b) + "'");
     }
-    (void)less_is_true;
     return less || (or_equal && values_equal(a, b));
   };
   if (name == "defined") return no_args(), !value.is_undefined();
@@ -147,10 +147,10 @@ bool apply_builtin_test(JinjaInterpreter& interpreter, std::string_view name, co
   }
   if (name == "eq" || name == "equalto" || name == "==") return values_equal(value, one_arg());
   if (name == "ne" || name == "!=") return !values_equal(value, one_arg());
-  if (name == "lt" || name == "lessthan" || name == "<") return compare(true, false, false);
-  if (name == "le" || name == "<=") return compare(true, true, false);
-  if (name == "gt" || name == "greaterthan" || name == ">") return compare(true, false, true);
-  if (name == "ge" || name == ">=") return compare(true, true, true);
+  if (name == "lt" || name == "lessthan" || name == "<") return compare(false, false);
+  if (name == "le" || name == "<=") return compare(true, false);
+  if (name == "gt" || name == "greaterthan" || name == ">") return compare(false, true);
+  if (name == "ge" || name == ">=") return compare(true, true);
   if (name == "in") return contains(one_arg(), value);
   if (name == "sameas") {
     const Value other = one_arg();
@@ -180,11 +180,11 @@ bool apply_builtin_test(JinjaInterpreter& interpreter, std::string_view name, co
   if (name == "test") {
     no_args();
     static constexpr std::string_view kTests[] = {
-        "defined", "undefined", "none",  "boolean", "true",    "false",     "integer",
-        "float",   "number",    "string", "mapping", "iterable", "sequence", "callable",
-        "escaped", "odd",       "even",  "divisibleby", "eq", "equalto", "ne", "lt",
-        "lessthan", "le", "gt", "greaterthan", "ge", "in", "sameas", "lower", "upper",
-        "filter", "test"};
+        "defined", "undefined", "none",   "boolean",     "true",        "false",    "integer",
+        "float",   "number",    "string", "mapping",     "iterable",    "sequence", "callable",
+        "escaped", "odd",       "even",   "divisibleby", "eq",          "equalto",  "ne",
+        "lt",      "lessthan",  "le",     "gt",          "greaterthan", "ge",       "in",
+        "sameas",  "lower",     "upper",  "filter",      "test"};
     if (!value.is_string()) return false;
     for (auto test : kTests) {
       if (test == value.as_string()) return true;
@@ -198,12 +198,12 @@ namespace {
 
 bool is_filter_name(std::string_view name) {
   static constexpr std::string_view kFilters[] = {
-      "abs",     "attr",    "batch",   "capitalize", "center",  "count",     "d",
-      "default", "dictsort", "e",      "escape",     "first",   "float",     "forceescape",
-      "indent",  "int",     "items",   "join",       "last",    "length",    "list",
-      "lower",   "map",     "max",     "min",        "reject",  "rejectattr", "replace",
-      "reverse", "round",   "safe",    "select",     "selectattr", "sort",   "string",
-      "sum",     "title",   "tojson",  "trim",       "unique",  "upper",     "wordcount"};
+      "abs",     "attr",     "batch",  "capitalize", "center",     "count",      "d",
+      "default", "dictsort", "e",      "escape",     "first",      "float",      "forceescape",
+      "indent",  "int",      "items",  "join",       "last",       "length",     "list",
+      "lower",   "map",      "max",    "min",        "reject",     "rejectattr", "replace",
+      "reverse", "round",    "safe",   "select",     "selectattr", "sort",       "string",
+      "sum",     "title",    "tojson", "trim",       "unique",     "upper",      "wordcount"};
   for (auto filter : kFilters) {
     if (filter == name) return true;
   }
@@ -215,36 +215,35 @@ bool is_filter_name(std::string_view name) {
 DictData make_globals(JinjaInterpreter& interpreter) {
   DictData globals;
   JinjaInterpreter* self = &interpreter;
-  globals.set(Value::string("range"), function("range", [](CallArgs& args) {
-                if (!args.keyword.empty()) raise_error("range() takes no keyword arguments");
-                const auto& p = args.positional;
-                if (p.empty() || p.size() > 3) {
-                  raise_error("range expected 1 to 3 arguments, got " + std::to_string(p.size()));
-                }
-                int64_t start = 0;
-                int64_t stop = 0;
-                int64_t step = 1;
-                if (p.size() == 1) {
-                  stop = require_int(p[0], "range");
-                } else {
-                  start = require_int(p[0], "range");
-                  stop = require_int(p[1], "range");
-                  if (p.size() == 3) step = require_int(p[2], "range");
-                }
-                if (step == 0) raise_error("range() arg 3 must not be zero");
-                const double count = std::ceil((static_cast<double>(stop) -
-                                                static_cast<double>(start)) /
-                                               static_cast<double>(step));
-                if (count > static_cast<double>(kMaxRange)) {
-                  raise_error(
-                      "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-                }
-                std::vector<Value> items;
-                for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                  items.push_back(Value::integer(i));
-                }
-                return Value::list(std::move(items));
-              }));
+  globals.set(
+      Value::string("range"), function("range", [](CallArgs& args) {
+        if (!args.keyword.empty()) raise_error("range() takes no keyword arguments");
+        const auto& p = args.positional;
+        if (p.empty() || p.size() > 3) {
+          raise_error("range expected 1 to 3 arguments, got " + std::to_string(p.size()));
+        }
+        int64_t start = 0;
+        int64_t stop = 0;
+        int64_t step = 1;
+        if (p.size() == 1) {
+          stop = require_int(p[0], "range");
+        } else {
+          start = require_int(p[0], "range");
+          stop = require_int(p[1], "range");
+          if (p.size() == 3) step = require_int(p[2], "range");
+        }
+        if (step == 0) raise_error("range() arg 3 must not be zero");
+        const double count = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
+                                       static_cast<double>(step));
+        if (count > static_cast<double>(kMaxRange)) {
+          raise_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        }
+        std::vector<Value> items;
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+          items.push_back(Value::integer(i));
+        }
+        return Value::list(std::move(items));
+      }));
   globals.set(Value::string("namespace"), function("namespace", [self](CallArgs& args) {
                 auto ns = std::make_shared<Namespace>();
                 ns->attributes = build_dict(*self, args, "namespace");
@@ -268,8 +267,8 @@ DictData make_globals(JinjaInterpreter& interpreter) {
                 std::tm local{};
                 localtime_r(&now, &local);
                 char buffer[512];
-                const size_t n = std::strftime(buffer, sizeof(buffer),
-                                               bound[0]->as_string().c_str(), &local);
+                const size_t n =
+                    std::strftime(buffer, sizeof(buffer), bound[0]->as_string().c_str(), &local);
                 return Value::string(std::string(buffer, n));
               }));
   globals.set(Value::string("joiner"), function("joiner", [](CallArgs& args) {

@@ -10,8 +10,8 @@
 namespace tachyon::jinja {
 
 // Throws TemplateError (line -1, filled in by the caller) for an unknown filter or bad input.
-Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
-                           const Value& input, CallArgs& args);
+Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name, const Value& input,
+                           CallArgs& args);
 bool apply_builtin_test(JinjaInterpreter& interpreter, std::string_view name, const Value& input,
                         CallArgs& args);
 // range, namespace, dict, raise_exception, strftime_now, joiner.

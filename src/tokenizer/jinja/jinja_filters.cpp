@@ -16,7 +16,9 @@ namespace {
 
 using Args = std::vector<std::optional<Value>>;
 
-bool flag(const std::optional<Value>& value) { return value && value->truthy(); }
+bool flag(const std::optional<Value>& value) {
+  return value && value->truthy();
+}
 
 // jinja2's make_attrgetter: "a.b.0" walks getitem (key first, then attribute).
 Value get_path(JinjaInterpreter& interpreter, Value item, const std::optional<Value>& attribute) {
@@ -24,11 +26,11 @@ Value get_path(JinjaInterpreter& interpreter, Value item, const std::optional<Va
   if (attribute->is_integral()) return interpreter.get_item(item, *attribute);
   const std::string path = to_python_str(*attribute);
   for (const std::string& part : python_split(path, std::string("."), -1, false)) {
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
-      return c >= '0' && c <= '9';
-    });
-    item = interpreter.get_item(item, numeric ? Value::integer(std::strtoll(part.c_str(), nullptr, 10))
-                                              : Value::string(part));
+    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                      [](char c) { return c >= '0' && c <= '9'; });
+    item =
+        interpreter.get_item(item, numeric ? Value::integer(std::strtoll(part.c_str(), nullptr, 10))
+                                           : Value::string(part));
   }
   return item;
 }
@@ -323,8 +325,8 @@ Value filter_sort_like(JinjaInterpreter& interpreter, std::string_view name, con
   for (size_t i = 1; i < items.size(); ++i) {
     Value key = key_of(items[i]);
     bool comparable = true;
-    const bool better =
-        name == "max" ? value_less(best_key, key, &comparable) : value_less(key, best_key, &comparable);
+    const bool better = name == "max" ? value_less(best_key, key, &comparable)
+                                      : value_less(key, best_key, &comparable);
     if (!comparable) raise_error("'<' not supported between the compared values");
     if (better) {
       best = i;
@@ -336,8 +338,8 @@ Value filter_sort_like(JinjaInterpreter& interpreter, std::string_view name, con
 
 }  // namespace
 
-Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
-                           const Value& input, CallArgs& call) {
+Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name, const Value& input,
+                           CallArgs& call) {
   if (name == "tojson") return filter_tojson(input, call);
   if (name == "trim") {
     Args a = bind_arguments(name, call, {"chars"});
@@ -380,8 +382,8 @@ Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
     if (!a[0] || !a[1]) raise_error("replace needs old and new strings");
     int64_t count = -1;
     if (a[2] && !a[2]->is_none()) count = a[2]->is_integral() ? a[2]->as_int() : -1;
-    std::string out = python_replace(to_python_str(input), to_python_str(*a[0]),
-                                     to_python_str(*a[1]), count);
+    std::string out =
+        python_replace(to_python_str(input), to_python_str(*a[0]), to_python_str(*a[1]), count);
     interpreter.check_size(out.size());
     return Value::string(std::move(out));
   }
@@ -428,7 +430,8 @@ Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
     if (input.is_undefined()) return Value::list({});
     if (!input.is_dict()) raise_error("Can only get item pairs from a mapping.");
     std::vector<Value> out;
-    for (const auto& [key, value] : input.as_dict().items) out.push_back(Value::list({key, value}, true));
+    for (const auto& [key, value] : input.as_dict().items)
+      out.push_back(Value::list({key, value}, true));
     return Value::list(std::move(out));
   }
   if (name == "int") {
@@ -497,8 +500,7 @@ Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
   if (name == "selectattr" || name == "rejectattr") {
     return select_or_reject(interpreter, input, call, name == "selectattr", true, name);
   }
-  if (name == "dictsort" || name == "sort" || name == "unique" || name == "min" ||
-      name == "max") {
+  if (name == "dictsort" || name == "sort" || name == "unique" || name == "min" || name == "max") {
     return filter_sort_like(interpreter, name, input, call);
   }
   if (name == "reverse") {
@@ -527,7 +529,8 @@ Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
     bool in_word = false;
     for (char32_t cp : utf8_decode(to_python_str(input))) {
       const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
-      const bool word_char = cp == '_' || (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+      const bool word_char = cp == '_' ||
+                             (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
                              (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO) ||
                              c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC;
       if (word_char && !in_word) ++words;
@@ -576,16 +579,15 @@ Value apply_builtin_filter(JinjaInterpreter& interpreter, std::string_view name,
                             attribute + "'");
   }
   static constexpr std::string_view kUnsupported[] = {
-      "filesizeformat", "format", "groupby", "pprint", "random", "slice", "striptags",
-      "truncate", "urlencode", "urlize", "wordwrap", "xmlattr"};
+      "filesizeformat", "format",   "groupby",   "pprint", "random",   "slice",
+      "striptags",      "truncate", "urlencode", "urlize", "wordwrap", "xmlattr"};
   for (auto unsupported : kUnsupported) {
     if (unsupported == name) {
       throw TemplateError(-1, "unsupported filter '" + std::string(name) + "'",
                           StatusCode::kUnsupported);
     }
   }
-  throw TemplateError(-1, "no filter named '" + std::string(name) + "'",
-                      StatusCode::kUnsupported);
+  throw TemplateError(-1, "no filter named '" + std::string(name) + "'", StatusCode::kUnsupported);
 }
 
 }  // namespace tachyon::jinja

@@ -9,7 +9,9 @@
 
 namespace tachyon::jinja {
 
-void raise_error(std::string message) { throw TemplateError(-1, std::move(message)); }
+void raise_error(std::string message) {
+  throw TemplateError(-1, std::move(message));
+}
 
 void fail_undefined(const Value& value) {
   const std::string& hint = value.undefined_hint();
@@ -58,8 +60,7 @@ void float_divmod(double x, double y, double* floor_div, double* mod) {
 
 Value repeat(const Value& sequence, int64_t count, const JinjaInterpreter& interpreter) {
   if (count <= 0) {
-    return sequence.is_string() ? Value::string("")
-                                : Value::list({}, sequence.is_tuple());
+    return sequence.is_string() ? Value::string("") : Value::list({}, sequence.is_tuple());
   }
   if (sequence.is_string()) {
     const std::string& text = sequence.as_string();
@@ -202,8 +203,7 @@ bool contains(const Value& container, const Value& item) {
       return false;
     case ValueKind::kString:
       if (!item.is_string()) {
-        raise_error("'in <string>' requires string as left operand, not " +
-                    python_type_name(item));
+        raise_error("'in <string>' requires string as left operand, not " + python_type_name(item));
       }
       return container.as_string().find(item.as_string()) != std::string::npos;
     case ValueKind::kList:
@@ -250,10 +250,9 @@ JinjaInterpreter::~JinjaInterpreter() {
 
 void JinjaInterpreter::check_size(size_t num_bytes) const {
   if (num_bytes > limits_.max_output_bytes) {
-    throw TemplateError(-1,
-                        "rendered text would exceed " + std::to_string(limits_.max_output_bytes) +
-                            " bytes",
-                        StatusCode::kOutOfRange);
+    throw TemplateError(
+        -1, "rendered text would exceed " + std::to_string(limits_.max_output_bytes) + " bytes",
+        StatusCode::kOutOfRange);
   }
 }
 
@@ -516,10 +515,9 @@ Value JinjaInterpreter::make_macro(const Stmt& stmt, Scope* scope, const StmtLis
   const Stmt* definition = &stmt;
   callable->invoke = [this, definition, scope, body, name](CallArgs& args) -> Value {
     if (macro_depth_ >= limits_.max_macro_depth) {
-      throw TemplateError(-1,
-                          "macro calls nested deeper than " +
-                              std::to_string(limits_.max_macro_depth),
-                          StatusCode::kOutOfRange);
+      throw TemplateError(
+          -1, "macro calls nested deeper than " + std::to_string(limits_.max_macro_depth),
+          StatusCode::kOutOfRange);
     }
     count_steps(1);
     Scope* call_scope = new_scope(scope);
@@ -532,6 +530,10 @@ Value JinjaInterpreter::make_macro(const Stmt& stmt, Scope* scope, const StmtLis
         varargs.push_back(args.positional[i]);
       }
     }
+    if (!varargs.empty() && !definition->uses_varargs) {
+      raise_error("macro '" + name + "' takes not more than " + std::to_string(params.size()) +
+                  " argument(s)");
+    }
     DictData kwargs;
     for (auto& [key, value] : args.keyword) {
       bool is_param = false;
@@ -542,10 +544,15 @@ Value JinjaInterpreter::make_macro(const Stmt& stmt, Scope* scope, const StmtLis
         }
         is_param = true;
       }
+      if (key == "caller" && !is_param && !definition->uses_caller) {
+        raise_error("macro '" + name + "' was invoked with 'caller' but does not use it");
+      }
       if (is_param || key == "caller") {
         call_scope->set(key, value);
-      } else {
+      } else if (definition->uses_kwargs) {
         kwargs.set(Value::string(key), value);
+      } else {
+        raise_error("macro '" + name + "' takes no keyword argument '" + key + "'");
       }
     }
     for (const MacroParam& param : params) {

@@ -209,8 +209,8 @@ Value JinjaInterpreter::eval_slice(const Expr& expr, Scope* scope) {
   std::vector<int64_t> indices;
   if (object.is_list()) {
     const auto& items = object.as_list();
-    if (!python_slice_indices(static_cast<int64_t>(items.size()), bounds[0], bounds[1],
-                              bounds[2], indices)) {
+    if (!python_slice_indices(static_cast<int64_t>(items.size()), bounds[0], bounds[1], bounds[2],
+                              indices)) {
       raise_error("slice step cannot be zero");
     }
     std::vector<Value> out;
@@ -265,8 +265,8 @@ Value JinjaInterpreter::eval_compare(const Expr& expr, Scope* scope) {
         result = !value_less(left, right, &comparable);
       }
       if (!comparable) {
-        raise_error("'" + op + "' not supported between instances of '" +
-                    python_type_name(left) + "' and '" + python_type_name(right) + "'");
+        raise_error("'" + op + "' not supported between instances of '" + python_type_name(left) +
+                    "' and '" + python_type_name(right) + "'");
       }
     }
     if (!result) return Value::boolean(false);

@@ -70,7 +70,9 @@ bool starts_with_at(std::string_view s, size_t pos, std::string_view prefix) {
   return s.substr(pos, prefix.size()) == prefix;
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Matches `\d+(_\d+)*` at pos; returns the end or npos.
 size_t match_digits(std::string_view s, size_t pos) {
@@ -165,7 +167,9 @@ size_t match_integer(std::string_view s, size_t pos, int* base) {
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -194,7 +198,9 @@ std::string decode_string_literal(std::string_view body, int line) {
       const char32_t cp = code_point_at(body, i - 1, &length);
       char buffer[16];
       std::snprintf(buffer, sizeof(buffer),
-                    cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x",
+                    cp <= 0xFF     ? "\\x%02x"
+                    : cp <= 0xFFFF ? "\\u%04x"
+                                   : "\\U%08x",
                     static_cast<unsigned>(cp));
       out += buffer;
       i += length - 1;
@@ -344,7 +350,7 @@ class LexerState {
     const char opener = s[p + 1];
     char sign = p + 2 < s.size() ? s[p + 2] : '\0';
     if (sign != '-' && sign != '+') sign = '\0';
-    TagKind kind = opener == '#' ? TagKind::kComment
+    TagKind kind = opener == '#'   ? TagKind::kComment
                    : opener == '{' ? TagKind::kVariable
                                    : TagKind::kBlock;
     size_t raw_end = std::string_view::npos;
@@ -455,9 +461,8 @@ class LexerState {
           return;
         }
       }
-      if (const size_t n = space_at(s, i)) {
-        size_t end = skip_spaces(s, i);
-        (void)n;
+      if (space_at(s, i) > 0) {
+        const size_t end = skip_spaces(s, i);
         line_ += count_newlines(s.substr(i, end - i));
         i = end;
         continue;
@@ -482,8 +487,8 @@ class LexerState {
         errno = 0;
         const unsigned long long value = std::strtoull(digits.c_str(), nullptr, base);
         if (errno != 0 || value > static_cast<unsigned long long>(INT64_MAX)) {
-          throw TemplateError(line_, "integer literal " + std::string(s.substr(i, end - i)) +
-                                         " is too large");
+          throw TemplateError(
+              line_, "integer literal " + std::string(s.substr(i, end - i)) + " is too large");
         }
         push(TokenType::kInteger, std::string(s.substr(i, end - i)));
         tokens_.back().int_value = static_cast<int64_t>(value);

@@ -78,7 +78,9 @@ bool is_letter(char32_t cp) {
   return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT ||
          c == UTF8PROC_CATEGORY_LM || c == UTF8PROC_CATEGORY_LO;
 }
-bool is_decimal(char32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND; }
+bool is_decimal(char32_t cp) {
+  return category(cp) == UTF8PROC_CATEGORY_ND;
+}
 
 // str.isupper / str.islower: at least one cased character and none of the other case.
 bool has_case(const std::string& text, bool upper) {
@@ -102,7 +104,7 @@ std::string python_format(const std::string& format, CallArgs& args) {
   size_t auto_index = 0;
   for (size_t i = 0; i < format.size(); ++i) {
     const char c = format[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < format.size() && format[i + 1] == '}') ++i;
       out.push_back('}');
       continue;
@@ -120,14 +122,14 @@ std::string python_format(const std::string& format, CallArgs& args) {
     if (close == std::string::npos) raise_error("Single '{' encountered in format string");
     const std::string field = format.substr(i + 1, close - i - 1);
     if (field.find_first_of(":!.[") != std::string::npos) {
-      raise_error("str.format: format specs and conversions are not supported ('{" + field +
-                  "}')");
+      raise_error("str.format: format specs and conversions are not supported ('{" + field + "}')");
     }
     const Value* value = nullptr;
     if (field.empty()) {
       if (auto_index >= args.positional.size()) raise_error("Replacement index out of range");
       value = &args.positional[auto_index++];
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return d >= '0' && d <= '9'; })) {
       const size_t index = std::stoul(field);
       if (index >= args.positional.size()) raise_error("Replacement index out of range");
       value = &args.positional[index];
@@ -206,9 +208,9 @@ std::optional<Value> string_method(JinjaInterpreter& interpreter, const Value& o
   if (name == "replace") {
     return make([method, &interpreter](const std::string& text, CallArgs& call) {
       Args a = bind_arguments(method, call, {"old", "new", "count"});
-      std::string result = python_replace(text, require_string(a[0], "old"),
-                                          require_string(a[1], "new"),
-                                          optional_int(a[2], -1, "count"));
+      std::string result =
+          python_replace(text, require_string(a[0], "old"), require_string(a[1], "new"),
+                         optional_int(a[2], -1, "count"));
       interpreter.check_size(result.size());
       return Value::string(std::move(result));
     });
@@ -235,8 +237,7 @@ std::optional<Value> string_method(JinjaInterpreter& interpreter, const Value& o
       return Value::boolean(has_case(text, method == "isupper"));
     });
   }
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" ||
-      name == "count") {
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
     return make([method](const std::string& text, CallArgs& call) -> Value {
       Args a = bind_arguments(method, call, {"sub", "start", "end"});
       if (a[1] || a[2]) raise_error(method + " with start/end arguments is not supported");
@@ -307,10 +308,9 @@ std::optional<Value> string_method(JinjaInterpreter& interpreter, const Value& o
       if (sep.empty()) raise_error("empty separator");
       const size_t at = reverse ? text.rfind(sep) : text.find(sep);
       if (at == std::string::npos) {
-        return reverse ? Value::list({Value::string(""), Value::string(""), Value::string(text)},
-                                     true)
-                       : Value::list({Value::string(text), Value::string(""), Value::string("")},
-                                     true);
+        return reverse
+                   ? Value::list({Value::string(""), Value::string(""), Value::string(text)}, true)
+                   : Value::list({Value::string(text), Value::string(""), Value::string("")}, true);
       }
       return Value::list({Value::string(text.substr(0, at)), Value::string(sep),
                           Value::string(text.substr(at + sep.size()))},
@@ -374,9 +374,9 @@ std::optional<Value> list_method(const Value& object, std::string_view name) {
   if (name == "copy" && !object.is_tuple()) {
     return bound(method, [object](CallArgs&) { return object; });
   }
-  if (!object.is_tuple() && (name == "append" || name == "extend" || name == "insert" ||
-                             name == "pop" || name == "remove" || name == "reverse" ||
-                             name == "sort" || name == "clear")) {
+  if (!object.is_tuple() &&
+      (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
+       name == "remove" || name == "reverse" || name == "sort" || name == "clear")) {
     return unsafe(object, name);
   }
   return std::nullopt;

@@ -78,7 +78,8 @@ class ParserState {
     if (!skip_op(op)) fail("expected '" + std::string(op) + "', got " + describe(current()));
   }
   void expect_type(TokenType type, const char* what) {
-    if (current().type != type) fail(std::string("expected ") + what + ", got " + describe(current()));
+    if (current().type != type)
+      fail(std::string("expected ") + what + ", got " + describe(current()));
     advance();
   }
   std::string expect_name() {
@@ -225,7 +226,9 @@ class ParserState {
       parse_signature(*stmt);
       const int saved_loop_depth = loop_depth_;
       loop_depth_ = 0;
+      macros_.push_back(stmt.get());
       stmt->body = parse_body({"endmacro"}, true);
+      macros_.pop_back();
       loop_depth_ = saved_loop_depth;
     } else if (tag == "call") {
       advance();
@@ -235,7 +238,9 @@ class ParserState {
       if (stmt->expr->kind != ExprKind::kCall) fail("expected a call in {% call %}");
       const int saved_loop_depth = loop_depth_;
       loop_depth_ = 0;
+      macros_.push_back(stmt.get());
       stmt->body = parse_body({"endcall"}, true);
+      macros_.pop_back();
       loop_depth_ = saved_loop_depth;
     } else if (tag == "filter") {
       advance();
@@ -317,8 +322,8 @@ class ParserState {
   // ---- expressions ----
   bool is_tuple_end(std::initializer_list<std::string_view> end_names) const {
     const auto type = current().type;
-    if (type == TokenType::kVariableEnd || type == TokenType::kBlockEnd || type == TokenType::kEof ||
-        is_op(")")) {
+    if (type == TokenType::kVariableEnd || type == TokenType::kBlockEnd ||
+        type == TokenType::kEof || is_op(")")) {
       return true;
     }
     for (auto name : end_names) {
@@ -455,7 +460,8 @@ class ParserState {
 
   ExprPtr parse_pow() {
     ExprPtr left = parse_unary(true);
-    while (skip_op("**")) left = binary(ExprKind::kBinary, std::move(left), parse_unary(true), "**");
+    while (skip_op("**"))
+      left = binary(ExprKind::kBinary, std::move(left), parse_unary(true), "**");
     return left;
   }
 
@@ -495,6 +501,12 @@ class ParserState {
         } else {
           node->kind = ExprKind::kName;
           node->name = token.text;
+          if (!macros_.empty()) {
+            Stmt& macro = *macros_.back();
+            macro.uses_varargs = macro.uses_varargs || token.text == "varargs";
+            macro.uses_kwargs = macro.uses_kwargs || token.text == "kwargs";
+            macro.uses_caller = macro.uses_caller || token.text == "caller";
+          }
         }
         advance();
         return node;
@@ -600,7 +612,8 @@ class ParserState {
     ExprPtr key;
     if (args.size() > 1) {
       for (const ExprPtr& arg : args) {
-        if (arg->kind == ExprKind::kSlice) fail("slices inside a subscript tuple are not supported");
+        if (arg->kind == ExprKind::kSlice)
+          fail("slices inside a subscript tuple are not supported");
       }
     }
     if (args.size() == 1) {
@@ -704,10 +717,9 @@ class ParserState {
       parse_call_args(*test);
     } else {
       const auto type = current().type;
-      const bool starts_argument =
-          type == TokenType::kName || type == TokenType::kString ||
-          type == TokenType::kInteger || type == TokenType::kFloat || is_op("(") || is_op("[") ||
-          is_op("{");
+      const bool starts_argument = type == TokenType::kName || type == TokenType::kString ||
+                                   type == TokenType::kInteger || type == TokenType::kFloat ||
+                                   is_op("(") || is_op("[") || is_op("{");
       if (starts_argument && !is_name("else") && !is_name("or") && !is_name("and")) {
         if (is_name("is")) fail("you cannot chain multiple tests with 'is'");
         test->args.push_back(parse_postfix(parse_primary()));
@@ -724,6 +736,7 @@ class ParserState {
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  std::vector<Stmt*> macros_;  // macro and call-block bodies being parsed, innermost last
 };
 
 }  // namespace

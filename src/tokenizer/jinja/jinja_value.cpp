@@ -20,7 +20,8 @@ namespace {
 
 int checked_depth(int depth) {
   if (depth > kMaxValueDepth) {
-    throw TemplateError(-1, "value nested deeper than " + std::to_string(kMaxValueDepth) + " levels",
+    throw TemplateError(-1,
+                        "value nested deeper than " + std::to_string(kMaxValueDepth) + " levels",
                         StatusCode::kOutOfRange);
   }
   return depth;
@@ -43,15 +44,31 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   data->is_tuple = is_tuple;
   return Value(ListPtr(std::move(data)));
 }
-Value Value::dict(std::shared_ptr<DictData> data) { return Value(DictPtr(std::move(data))); }
-int Value::list_depth() const { return std::get<ListPtr>(data_)->depth; }
-Value Value::dict(DictData data) { return dict(std::make_shared<DictData>(std::move(data))); }
-Value Value::name_space(std::shared_ptr<Namespace> ns) { return Value(std::move(ns)); }
-Value Value::callable(std::shared_ptr<const Callable> fn) { return Value(std::move(fn)); }
-Value Value::loop(std::shared_ptr<const LoopState> state) { return Value(std::move(state)); }
+Value Value::dict(std::shared_ptr<DictData> data) {
+  return Value(DictPtr(std::move(data)));
+}
+int Value::list_depth() const {
+  return std::get<ListPtr>(data_)->depth;
+}
+Value Value::dict(DictData data) {
+  return dict(std::make_shared<DictData>(std::move(data)));
+}
+Value Value::name_space(std::shared_ptr<Namespace> ns) {
+  return Value(std::move(ns));
+}
+Value Value::callable(std::shared_ptr<const Callable> fn) {
+  return Value(std::move(fn));
+}
+Value Value::loop(std::shared_ptr<const LoopState> state) {
+  return Value(std::move(state));
+}
 
-bool Value::is_tuple() const { return is_list() && std::get<ListPtr>(data_)->is_tuple; }
-const std::vector<Value>& Value::as_list() const { return std::get<ListPtr>(data_)->items; }
+bool Value::is_tuple() const {
+  return is_list() && std::get<ListPtr>(data_)->is_tuple;
+}
+const std::vector<Value>& Value::as_list() const {
+  return std::get<ListPtr>(data_)->items;
+}
 
 int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
@@ -333,7 +350,9 @@ void append_repr(const Value& value, std::string& out, int depth) {
 
 }  // namespace
 
-void append_python_repr(const Value& value, std::string& out) { append_repr(value, out, 0); }
+void append_python_repr(const Value& value, std::string& out) {
+  append_repr(value, out, 0);
+}
 
 std::string to_python_repr(const Value& value) {
   std::string out;
@@ -537,15 +556,15 @@ bool dump_json(const Value& value, const JsonDumpOptions& options, int level, st
           append_json_string(key.as_string(), options.ensure_ascii, out);
         } else if (key.is_none() || key.is_bool() || key.is_int()) {
           out.push_back('"');
-          out += key.is_none() ? "null"
+          out += key.is_none()   ? "null"
                  : key.is_bool() ? (key.as_bool() ? "true" : "false")
                                  : std::to_string(key.as_int());
           out.push_back('"');
         } else if (key.is_float()) {
           out += "\"" + json_float(key.as_double()) + "\"";
         } else {
-          error = "tojson: keys must be str, int, float, bool or None, not " +
-                  python_type_name(key);
+          error =
+              "tojson: keys must be str, int, float, bool or None, not " + python_type_name(key);
           return false;
         }
         out += options.key_separator;

@@ -232,8 +232,8 @@ std::string jinja_title(std::string_view text) {
   return out;
 }
 
-std::string python_strip(std::string_view text, const std::optional<std::string>& chars,
-                         bool left, bool right) {
+std::string python_strip(std::string_view text, const std::optional<std::string>& chars, bool left,
+                         bool right) {
   std::u32string code_points = utf8_decode(text);
   std::u32string strip_set;
   if (chars) strip_set = utf8_decode(*chars);
@@ -304,8 +304,7 @@ std::vector<std::string> python_split(std::string_view text,
       while (i > 0 && is_python_space(cps[static_cast<size_t>(i - 1)])) --i;
       if (i <= 0) break;
       if (max_split >= 0 && static_cast<int64_t>(parts.size()) >= max_split) {
-        parts.push_back(
-            utf8_encode(std::u32string_view(cps).substr(0, static_cast<size_t>(i))));
+        parts.push_back(utf8_encode(std::u32string_view(cps).substr(0, static_cast<size_t>(i))));
         break;
       }
       int64_t j = i;
@@ -378,9 +377,8 @@ std::string python_replace(std::string_view text, std::string_view old_text,
   return out;
 }
 
-bool python_slice_indices(int64_t length, std::optional<int64_t> start,
-                          std::optional<int64_t> stop, std::optional<int64_t> step,
-                          std::vector<int64_t>& indices) {
+bool python_slice_indices(int64_t length, std::optional<int64_t> start, std::optional<int64_t> stop,
+                          std::optional<int64_t> step, std::vector<int64_t>& indices) {
   const int64_t s = step.value_or(1);
   if (s == 0) return false;
   auto clamp = [&](std::optional<int64_t> value, int64_t default_value) {

@@ -33,8 +33,8 @@ std::string python_title(std::string_view text);
 std::string jinja_title(std::string_view text);
 
 // str.strip/lstrip/rstrip; `chars` absent means whitespace.
-std::string python_strip(std::string_view text, const std::optional<std::string>& chars,
-                         bool left, bool right);
+std::string python_strip(std::string_view text, const std::optional<std::string>& chars, bool left,
+                         bool right);
 // str.split/rsplit; `separator` absent means runs of whitespace. `max_split` < 0: no limit.
 std::vector<std::string> python_split(std::string_view text,
                                       const std::optional<std::string>& separator,
@@ -46,8 +46,7 @@ std::string python_replace(std::string_view text, std::string_view old_text,
                            std::string_view new_text, int64_t count);
 // Python slice resolution: fills the selected indices of a sequence of `length` items.
 // Returns false when step is 0 (Python raises ValueError).
-bool python_slice_indices(int64_t length, std::optional<int64_t> start,
-                          std::optional<int64_t> stop, std::optional<int64_t> step,
-                          std::vector<int64_t>& indices);
+bool python_slice_indices(int64_t length, std::optional<int64_t> start, std::optional<int64_t> stop,
+                          std::optional<int64_t> step, std::vector<int64_t>& indices);
 
 }  // namespace tachyon::jinja

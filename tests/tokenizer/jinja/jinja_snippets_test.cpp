@@ -4,8 +4,8 @@
 #include <sstream>
 #include <string>
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
 
 #include "tokenizer/jinja/chat_template.h"
 

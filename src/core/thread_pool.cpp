@@ -1,0 +1,99 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TACHYON_CPU_RELAX() _mm_pause()
+#else
+#define TACHYON_CPU_RELAX() ((void)0)
+#endif
+
+namespace tachyon {
+namespace {
+
+// How long an idle worker spins before it sleeps: long enough to bridge the gap between two
+// kernels of one forward pass, short enough not to burn a core when idle.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads_ = num_threads;
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_.store(true);
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& task) {
+  if (num_threads_ == 1) {
+    task(0, 1);
+    return;
+  }
+  task_ = &task;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  {
+    // The lock orders the generation bump with a worker that is about to sleep.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  task(0, num_threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) TACHYON_CPU_RELAX();
+  task_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int thread_index) {
+  uint64_t seen = 0;
+  while (true) {
+    uint64_t current = generation_.load(std::memory_order_acquire);
+    if (current == seen) {
+      const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+      while ((current = generation_.load(std::memory_order_acquire)) == seen &&
+             std::chrono::steady_clock::now() < spin_until) {
+        TACHYON_CPU_RELAX();
+      }
+      if (current == seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        current = generation_.load(std::memory_order_acquire);
+      }
+    }
+    seen = current;
+    if (stopping_.load()) return;
+    (*task_)(thread_index, num_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t count, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& body) {
+  if (count <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t num_grains = (count + grain - 1) / grain;
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads_, num_grains));
+  if (threads <= 1) {
+    body(0, count);
+    return;
+  }
+  run([&](int thread_index, int) {
+    if (thread_index >= threads) return;
+    const int64_t first = num_grains * thread_index / threads;
+    const int64_t last = num_grains * (thread_index + 1) / threads;
+    const int64_t begin = first * grain;
+    const int64_t end = std::min(count, last * grain);
+    if (begin < end) body(begin, end);
+  });
+}
+
+}  // namespace tachyon

@@ -1,0 +1,48 @@
+// A pool of persistent worker threads for data-parallel kernels. The calling thread works
+// too, so a pool of N threads runs N-1 workers. Workers spin briefly between jobs (a decode
+// step issues hundreds of small jobs) and then sleep.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tachyon {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls task(thread_index, num_threads) once on every thread (the caller is index 0) and
+  // returns when all have finished. Not reentrant: one job at a time.
+  void run(const std::function<void(int thread_index, int num_threads)>& task);
+
+  // Splits [0, count) into contiguous chunks, one per thread, each a multiple of `grain`
+  // (except the last), and calls body(begin, end) for the non-empty ones.
+  void parallel_for(int64_t count, int64_t grain,
+                    const std::function<void(int64_t begin, int64_t end)>& body);
+
+ private:
+  void worker_loop(int thread_index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* task_ = nullptr;
+  std::atomic<uint64_t> generation_{0};  // bumped for each job
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace tachyon
