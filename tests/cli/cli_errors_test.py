@@ -59,6 +59,12 @@ def main() -> int:
         bad_json.write_text('"fine"\n{"not closed": \n')
         not_string = work / "number.jsonl"
         not_string.write_text('"fine"\n42\n')
+        messages = work / "messages.json"
+        messages.write_text('[{"role": "user", "content": "hi"}]')
+        broken_messages = work / "broken.json"
+        broken_messages.write_text('[{"role":\n')
+        broken_template = work / "broken.jinja"
+        broken_template.write_text("{% for x in %}\n")
         bad_ids = work / "ids.jsonl"
         bad_ids.write_text("[1, 2]\n[1, 99999999]\n")
 
@@ -102,6 +108,19 @@ def main() -> int:
             ("a token id outside the vocabulary", ["detokenize", "--jsonl", str(bad_ids)], {},
              f"tachyon: error: {bad_ids}:2: token id 99999999 is outside the vocabulary "
              f"(0..49151)"),
+            ("a messages file that does not exist",
+             ["template", "--messages", str(work / "none.json")], {},
+             f"tachyon: error: cannot open {work / 'none.json'}"),
+            ("a messages file that is not JSON", ["template", "--messages", str(broken_messages)], {},
+             f"tachyon: error: {broken_messages}: not valid JSON at line 2, column 1: incomplete JSON"),
+            ("a model without a chat template",
+             ["template", "-m", str(no_tokenizer), "--messages", str(messages)], {},
+             f"tachyon: error: {no_tokenizer} has no chat template (tokenizer.chat_template); "
+             f"pass --template FILE"),
+            ("a template with a syntax error",
+             ["template", "--messages", str(messages), "--template", str(broken_template)], {},
+             f"tachyon: error: {broken_template}: chat template line 1: expected an expression, "
+             f"got end of statement block"),
             ("detokenize without ids", ["detokenize"], {},
              "tachyon: error: detokenize needs --ids ID... or --jsonl FILE"),
         ]
