@@ -12,6 +12,9 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_detokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 // Prints "tachyon: error: MESSAGE" on stderr and sets the exit code to 1.
 void fail(const std::string& message);

@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   tachyon::cli::add_tokenize_command(app);
   tachyon::cli::add_detokenize_command(app);
   tachyon::cli::add_template_command(app);
+  tachyon::cli::add_generate_command(app);
+  tachyon::cli::add_bench_command(app);
+  tachyon::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,137 @@
+// `tachyon bench`: prompt processing (ppN) and generation (tgN) speed, measured like
+// llama-bench: ppN computes N prompt tokens from an empty cache in batches, tgN generates N
+// tokens one at a time from an empty cache. Mean ± stddev over repetitions, after a warm-up.
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/model_session.h"
+#include "core/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+
+namespace tachyon::cli {
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  int prompt_tokens = 512;
+  int generated_tokens = 128;
+  int repetitions = 5;
+  bool json = false;
+};
+
+struct Measurement {
+  std::string test;
+  double mean = 0;
+  double stddev = 0;
+};
+
+Measurement summarize(std::string test, const std::vector<double>& rates) {
+  Measurement m{std::move(test)};
+  m.mean = std::accumulate(rates.begin(), rates.end(), 0.0) / rates.size();
+  double sum_squares = 0;
+  for (double rate : rates) sum_squares += (rate - m.mean) * (rate - m.mean);
+  m.stddev = rates.size() > 1 ? std::sqrt(sum_squares / (rates.size() - 1)) : 0.0;
+  return m;
+}
+
+Status run_bench(const BenchOptions& options) {
+  TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  DecoderModel& model = *session.model;
+  const int needed = std::max(options.prompt_tokens, options.generated_tokens) + 1;
+  if (needed > model.config().context_length) {
+    return invalid_argument(fmt::format("the test needs {} positions but the model's context is {}",
+                                        needed, model.config().context_length));
+  }
+  KvCache cache = model.make_cache(needed);
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> random_token(0, model.config().vocab_size - 1);
+  std::vector<float> logits;
+
+  auto time_prompt = [&]() -> Result<double> {
+    std::vector<TokenIndex> tokens(options.prompt_tokens);
+    for (TokenIndex& token : tokens) token = random_token(rng);
+    const auto start = std::chrono::steady_clock::now();
+    for (int begin = 0; begin < options.prompt_tokens; begin += options.model.batch_size) {
+      const int count = std::min(options.model.batch_size, options.prompt_tokens - begin);
+      TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(tokens).subspan(begin, count),
+                                            begin, cache, *session.pool, 1, logits));
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto time_generation = [&]() -> Result<double> {
+    TokenIndex token = random_token(rng);
+    const auto start = std::chrono::steady_clock::now();
+    for (int position = 0; position < options.generated_tokens; ++position) {
+      TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(&token, 1), position, cache,
+                                            *session.pool, 1, logits));
+      token = static_cast<TokenIndex>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+
+  std::vector<Measurement> results;
+  if (options.prompt_tokens > 0) {
+    TACHYON_RETURN_IF_ERROR(time_prompt().status());  // warm-up: page in weights, grow buffers
+    std::vector<double> rates;
+    for (int r = 0; r < options.repetitions; ++r) {
+      TACHYON_ASSIGN_OR_RETURN(double seconds, time_prompt());
+      rates.push_back(options.prompt_tokens / seconds);
+    }
+    results.push_back(summarize(fmt::format("pp{}", options.prompt_tokens), rates));
+  }
+  if (options.generated_tokens > 0) {
+    TACHYON_RETURN_IF_ERROR(time_generation().status());
+    std::vector<double> rates;
+    for (int r = 0; r < options.repetitions; ++r) {
+      TACHYON_ASSIGN_OR_RETURN(double seconds, time_generation());
+      rates.push_back(options.generated_tokens / seconds);
+    }
+    results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), rates));
+  }
+
+  if (options.json) {
+    boost::json::array out;
+    for (const Measurement& m : results) {
+      out.push_back({{"test", m.test}, {"tokens_per_second", m.mean}, {"stddev", m.stddev}});
+    }
+    std::printf("%s\n", boost::json::serialize(out).c_str());
+    return Status();
+  }
+  std::printf("model    %s\nthreads  %d, kernels %s (%s)\n", session.file->path().c_str(),
+              session.pool->num_threads(),
+              std::string(kernels::kernel_level_name(kernels::active_kernel_level())).c_str(),
+              CpuFeatures::get().describe().c_str());
+  std::printf("%-8s %18s\n", "test", "tokens/s");
+  for (const Measurement& m : results) {
+    std::printf("%-8s %10.2f ± %5.2f\n", m.test.c_str(), m.mean, m.stddev);
+  }
+  return Status();
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* command = app.add_subcommand("bench", "Measure prompt and generation speed");
+  add_model_options(*command, options->model);
+  command->add_option("-p,--prompt-tokens", options->prompt_tokens, "ppN test size, 0 = skip (512)")
+      ->check(CLI::Range(0, 1 << 20));
+  command->add_option("-n,--gen-tokens", options->generated_tokens, "tgN test size, 0 = skip (128)")
+      ->check(CLI::Range(0, 1 << 20));
+  command->add_option("-r,--repetitions", options->repetitions, "Repetitions per test (5)")
+      ->check(CLI::Range(1, 1000));
+  command->add_flag("--json", options->json, "Print a JSON list of {test, tokens_per_second, stddev}");
+  command->callback([options] {
+    Status status = run_bench(*options);
+    if (!status.ok()) fail(status.message());
+  });
+}
+
+}  // namespace tachyon::cli

@@ -1,0 +1,77 @@
+#include "cli/model_session.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "cli/model_path.h"
+
+namespace tachyon::cli {
+
+void add_model_options(CLI::App& command, ModelOptions& options) {
+  add_model_option(command, options.model_path);
+  command.add_option("-t,--threads", options.threads, "Threads (default: all hardware threads)")
+      ->check(CLI::Range(0, 1024));
+  command.add_option("-c,--ctx-size", options.context_size,
+                     "Context size in tokens (default: the model's, at most 4096)")
+      ->check(CLI::Range(0, 1 << 24));
+  command.add_option("-b,--batch-size", options.batch_size,
+                     "Prompt tokens computed per forward pass (default 512)")
+      ->check(CLI::Range(1, 1 << 16));
+}
+
+Result<ModelSession> open_session(const ModelOptions& options) {
+  ModelSession session;
+  TACHYON_ASSIGN_OR_RETURN(session.file, open_model(options.model_path));
+  const std::string& path = session.file->path();
+  auto with_path = [&](const Status& status) {
+    return Status(status.code(), path + ": " + status.message());
+  };
+  Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*session.file);
+  if (!tokenizer.ok()) return with_path(tokenizer.status());
+  session.tokenizer = std::move(*tokenizer);
+  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(*session.file);
+  if (!model.ok()) return with_path(model.status());
+  session.model = std::move(*model);
+  const ModelConfig& config = session.model->config();
+  if (config.vocab_size != session.tokenizer->vocabulary_size()) {
+    return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "
+                                              "tokens",
+                                              config.vocab_size,
+                                              session.tokenizer->vocabulary_size())));
+  }
+  session.context_size = options.context_size > 0 ? options.context_size
+                                                   : std::min(config.context_length, 4096);
+  if (session.context_size > config.context_length) {
+    return invalid_argument(fmt::format("context size {} is larger than the model's {}",
+                                        session.context_size, config.context_length));
+  }
+  session.pool = std::make_unique<ThreadPool>(options.threads);
+  return session;
+}
+
+Result<ChatTemplate> ModelSession::chat_template() const {
+  const std::optional<std::string> source = file->get_string("tokenizer.chat_template");
+  if (!source) {
+    return not_found(file->path() + " has no chat template (tokenizer.chat_template)");
+  }
+  Result<ChatTemplate> parsed = ChatTemplate::parse(*source);
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(), file->path() + ": " + parsed.status().message());
+  }
+  return parsed;
+}
+
+Result<std::string> ModelSession::render_chat(const ChatTemplate& chat_template,
+                                              const boost::json::array& messages,
+                                              bool add_generation_prompt) const {
+  ChatTemplateInputs inputs;
+  inputs.messages = messages;
+  inputs.add_generation_prompt = add_generation_prompt;
+  const Vocabulary& vocabulary = tokenizer->vocabulary();
+  if (vocabulary.bos_id) inputs.bos_token = vocabulary.tokens[*vocabulary.bos_id];
+  if (vocabulary.eos_id) inputs.eos_token = vocabulary.tokens[*vocabulary.eos_id];
+  return chat_template.render(inputs);
+}
+
+}  // namespace tachyon::cli

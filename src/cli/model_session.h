@@ -1,0 +1,47 @@
+// What the model-running commands share: the file, its tokenizer, the model, the thread pool,
+// and the options that choose them.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/thread_pool.h"
+#include "model_files/gguf_file.h"
+#include "models/decoder_model.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tachyon::cli {
+
+struct ModelOptions {
+  std::string model_path;
+  int threads = 0;       // 0: one per hardware thread
+  int context_size = 0;  // 0: min(model context, 4096)
+  int batch_size = 512;
+};
+
+// Adds -m/--model, -t/--threads, -c/--ctx-size and -b/--batch-size.
+void add_model_options(CLI::App& command, ModelOptions& options);
+
+struct ModelSession {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<DecoderModel> model;
+  std::unique_ptr<ThreadPool> pool;
+  int context_size = 0;
+
+  // The model's chat template, or an error saying it has none.
+  Result<ChatTemplate> chat_template() const;
+  // Renders `messages` with the model's template (BOS/EOS text from the vocabulary).
+  Result<std::string> render_chat(const ChatTemplate& chat_template,
+                                  const boost::json::array& messages,
+                                  bool add_generation_prompt) const;
+};
+
+// Opens the model (the default one when no path was given) with clear errors.
+Result<ModelSession> open_session(const ModelOptions& options);
+
+}  // namespace tachyon::cli

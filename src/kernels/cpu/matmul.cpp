@@ -1,0 +1,199 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cpu_features.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/reference/dequantize.h"
+#include "kernels/reference/dot_products.h"
+#include "kernels/reference/matmul_reference.h"
+#include "kernels/reference/quantize_activations.h"
+
+namespace tachyon::kernels {
+namespace {
+
+KernelLevel best_level() {
+  const CpuFeatures& features = CpuFeatures::get();
+  if (features.has_avx512_kernels()) return KernelLevel::kAvx512;
+  if (features.has_avx2_kernels()) return KernelLevel::kAvx2;
+  return KernelLevel::kReference;
+}
+
+// Tokens per quantization job: below this, one thread quantizes (a decode step's few hundred
+// values take well under a microsecond, less than waking the pool).
+constexpr int64_t kQuantizeGrainTokens = 8;
+
+// Buffers that only grow, so steady-state calls allocate nothing.
+struct ActivationScratch {
+  std::vector<int8_t> qs;
+  std::vector<float> d;
+  std::vector<float> s;
+};
+
+template <typename T>
+T* grown(std::vector<T>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  return buffer.data();
+}
+
+// Everything a worker needs, behind one pointer so the std::function the pool takes stays in
+// its small buffer (no allocation per call).
+struct MatmulJob {
+  KernelLevel level;
+  const WeightMatrix* w;
+  const float* x;
+  int64_t num_tokens;
+  float* y;
+  reference::Q8Activations acts;
+  // Quantization job (used before the matmul job).
+  int8_t* qs;
+  float* d;
+  float* s;
+};
+
+void quantize_range(const MatmulJob& job, int64_t t_begin, int64_t t_end) {
+  if (t_begin >= t_end) return;
+  const int64_t cols = job.w->cols;
+  const int64_t blocks = cols / reference::kQ8Block;
+  const float* x = job.x + t_begin * cols;
+  int8_t* qs = job.qs + t_begin * cols;
+  float* d = job.d + t_begin * blocks;
+  float* s = job.s + t_begin * blocks;
+  const int64_t n = t_end - t_begin;
+  switch (job.level) {
+    case KernelLevel::kAvx512:
+      return avx512::quantize_activations(x, n, cols, qs, d, s);
+    case KernelLevel::kAvx2:
+      return avx2::quantize_activations(x, n, cols, qs, d, s);
+    case KernelLevel::kReference:
+      return reference::quantize_activations_q8(x, n, cols, qs, d, s);
+  }
+}
+
+void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
+  if (row_begin >= row_end) return;
+  thread_local std::vector<float> scratch_buffer;
+  float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols));
+  if (job.level == KernelLevel::kAvx512) {
+    avx512::matmul_rows(*job.w, job.acts, job.x, job.num_tokens, job.y, row_begin, row_end,
+                        scratch);
+  } else {
+    avx2::matmul_rows(*job.w, job.acts, job.x, job.num_tokens, job.y, row_begin, row_end, scratch);
+  }
+}
+
+// [begin, end) of `count` items in multiples of `grain` for thread `index` of `threads`.
+void split(int64_t count, int64_t grain, int index, int threads, int64_t* begin, int64_t* end) {
+  const int64_t grains = (count + grain - 1) / grain;
+  *begin = std::min(count, grains * index / threads * grain);
+  *end = std::min(count, grains * (index + 1) / threads * grain);
+}
+
+}  // namespace
+
+size_t WeightMatrix::row_bytes() const {
+  const DTypeInfo& info = dtype_info(type);
+  return static_cast<size_t>(cols / info.block_elements * info.block_bytes);
+}
+
+KernelLevel active_kernel_level() {
+  static const KernelLevel level = [] {
+    KernelLevel best = best_level();
+    const char* requested = std::getenv("TACHYON_KERNELS");
+    if (requested == nullptr || *requested == '\0') return best;
+    KernelLevel cap = best;
+    if (std::strcmp(requested, "reference") == 0) {
+      cap = KernelLevel::kReference;
+    } else if (std::strcmp(requested, "avx2") == 0) {
+      cap = KernelLevel::kAvx2;
+    } else if (std::strcmp(requested, "avx512") == 0) {
+      cap = KernelLevel::kAvx512;
+    } else {
+      std::fprintf(stderr, "tachyon: ignoring TACHYON_KERNELS=%s (want reference|avx2|avx512)\n",
+                   requested);
+    }
+    return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
+  }();
+  return level;
+}
+
+std::string_view kernel_level_name(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::kReference:
+      return "reference";
+    case KernelLevel::kAvx2:
+      return "avx2";
+    case KernelLevel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+bool matmul_supports(DType type) {
+  const std::optional<DTypeInfo> info = dtype_info(static_cast<uint32_t>(type));
+  return info.has_value() && info->can_dequantize;
+}
+
+bool kernel_level_available(KernelLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(best_level());
+}
+
+void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t num_elements) {
+  const Status status = reference::dequantize(type, src, dst, num_elements);
+  TACHYON_CHECK(status.ok());
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
+  matmul_at_level(active_kernel_level(), w, x, num_tokens, y, pool);
+}
+
+void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+                     float* y, ThreadPool& pool) {
+  TACHYON_CHECK(matmul_supports(w.type));
+  TACHYON_CHECK(kernel_level_available(level));
+  TACHYON_CHECK(w.rows >= 0 && w.cols >= 0 && num_tokens >= 0);
+  TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
+  if (w.rows == 0 || num_tokens == 0) return;
+  if (level == KernelLevel::kReference) {
+    // The oracle, single-threaded: for tests and for TACHYON_KERNELS=reference debugging.
+    const Status status = reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens, y);
+    TACHYON_CHECK(status.ok());
+    return;
+  }
+
+  MatmulJob job{level, &w, x, num_tokens, y, {}, nullptr, nullptr, nullptr};
+  const MatmulJob* job_ptr = &job;
+  if (reference::has_q8_dot(w.type)) {
+    // The caller's thread owns the quantized activations; workers only read them.
+    thread_local ActivationScratch activations;
+    const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);
+    job.qs = grown(activations.qs, num_tokens * w.cols);
+    job.d = grown(activations.d, blocks);
+    job.s = grown(activations.s, blocks);
+    if (num_tokens >= 2 * kQuantizeGrainTokens && pool.num_threads() > 1) {
+      pool.run([job_ptr](int index, int threads) {
+        int64_t begin = 0;
+        int64_t end = 0;
+        split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
+        quantize_range(*job_ptr, begin, end);
+      });
+    } else {
+      quantize_range(job, 0, num_tokens);
+    }
+    job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
+  }
+  pool.run([job_ptr](int index, int threads) {
+    int64_t begin = 0;
+    int64_t end = 0;
+    split(job_ptr->w->rows, kPanelRows, index, threads, &begin, &end);
+    matmul_range(*job_ptr, begin, end);
+  });
+}
+
+}  // namespace tachyon::kernels

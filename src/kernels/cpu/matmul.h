@@ -1,0 +1,49 @@
+// Matrix products against weights in their stored type, the bulk of every forward pass.
+// Variants (scalar reference, AVX2, AVX-512 VNNI) are chosen once from the CPU's features.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace tachyon::kernels {
+
+// A weight matrix as stored in a model file: `rows` rows of `cols` elements of `type`, each
+// row `row_bytes()` long, rows back to back. GGUF's shape is [cols, rows].
+struct WeightMatrix {
+  DType type = DType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  size_t row_bytes() const;
+};
+
+enum class KernelLevel { kReference, kAvx2, kAvx512 };
+
+// The best level this CPU supports, unless TACHYON_KERNELS=reference|avx2|avx512 asks for a
+// lower one (used by tests to compare levels).
+KernelLevel active_kernel_level();
+std::string_view kernel_level_name(KernelLevel level);
+// True when this CPU can run `level` (kReference always).
+bool kernel_level_available(KernelLevel level);
+
+// True when matmul handles `type` (every type with a dequantizer does).
+bool matmul_supports(DType type);
+
+// y[t][r] = sum_c w[r][c] * x[t][c] for t < num_tokens, r < w.rows.
+// x: f32 [num_tokens, w.cols] (contiguous), y: f32 [num_tokens, w.rows] (contiguous).
+// Quantized weights take activations quantized on the fly to 8 bits (as llama.cpp does), so
+// results differ from an f32 product by that rounding. Uses every thread of `pool`.
+// y must not overlap x or w. Requires matmul_supports(w.type) and w.cols a multiple of the
+// type's block size (CHECKed: loaders validate shapes first).
+void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
+
+// The same at an explicit level (tests and benchmarks); `level` must be available.
+void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
+                     int64_t num_tokens, float* y, ThreadPool& pool);
+
+}  // namespace tachyon::kernels

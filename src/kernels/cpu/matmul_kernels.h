@@ -1,0 +1,47 @@
+// Per-level entry points behind kernels::matmul (internal to kernels/cpu, its tests and
+// benchmarks). Each level lives in its own translation unit built with its own -m flags
+// (cpu/avx2/, cpu/avx512/); matmul.cpp picks one at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/reference/quantize_activations.h"
+
+namespace tachyon::kernels {
+
+// matmul_rows prepares this many weight rows at a time (unpacked to int8 or converted to f32)
+// in the caller's scratch, then sweeps all tokens over them. Threads split rows in multiples
+// of it so no panel straddles two threads.
+inline constexpr int64_t kPanelRows = 16;
+
+// Floats of per-thread scratch matmul_rows needs for rows of `cols` values.
+inline int64_t matmul_scratch_floats(int64_t cols) {
+  return kPanelRows * (cols + 8) + 64;
+}
+
+// The generic fallback's way to the reference dequantizer: defined in matmul.cpp (generic
+// flags) so the SIMD translation units never instantiate Status or std::string code.
+// Aborts on failure (matmul_supports was checked before).
+void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t num_elements);
+
+#define TACHYON_DECLARE_MATMUL_LEVEL(level)                                                     \
+  namespace level {                                                                             \
+  /* Same math and layout as reference::quantize_activations_q8, bit for bit. */                \
+  void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, int8_t* qs,       \
+                            float* d, float* s);                                                \
+  /* Rows [row_begin, row_end) of y = w x for all tokens. acts: x quantized (Q4_0..Q8_0         \
+     weights only); x: f32 [num_tokens, w.cols]; y: f32 [num_tokens, w.rows];                   \
+     scratch: f32 [matmul_scratch_floats(w.cols)], this thread's own. */                        \
+  void matmul_rows(const WeightMatrix& w, const reference::Q8Activations& acts, const float* x, \
+                   int64_t num_tokens, float* y, int64_t row_begin, int64_t row_end,            \
+                   float* scratch);                                                             \
+  }
+
+TACHYON_DECLARE_MATMUL_LEVEL(avx2)
+TACHYON_DECLARE_MATMUL_LEVEL(avx512)
+
+#undef TACHYON_DECLARE_MATMUL_LEVEL
+
+}  // namespace tachyon::kernels

@@ -1,0 +1,167 @@
+#include "models/decoder_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/reference/dequantize.h"
+#include "models/layers.h"
+
+namespace tachyon {
+namespace {
+
+void add_bias(float* rows, const float* bias, int num_rows, int size) {
+  for (int r = 0; r < num_rows; ++r) add_in_place(rows + static_cast<int64_t>(r) * size, bias, size);
+}
+
+// RMSNorm over each head of each token (Qwen3's QK-norm).
+void normalize_heads(float* rows, const float* weight, int num_vectors, int head_size, float eps) {
+  for (int i = 0; i < num_vectors; ++i) {
+    float* head = rows + static_cast<int64_t>(i) * head_size;
+    rms_norm(head, weight, head_size, eps, head);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file) {
+  TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
+  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(file, config));
+  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
+}
+
+DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rope_(config_.rope, weights_.rope_frequency_factors) {}
+
+void DecoderModel::embed(std::span<const TokenIndex> tokens, float* out) const {
+  const kernels::WeightMatrix& table = weights_.token_embedding;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const uint8_t* row = table.data + static_cast<size_t>(tokens[t]) * table.row_bytes();
+    // Every matmul-capable type has a dequantizer, so this cannot fail for a loaded model.
+    Status status = reference::dequantize(table.type, row, out + t * table.cols, table.cols);
+    (void)status;
+  }
+}
+
+Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_position,
+                             KvCache& cache, ThreadPool& pool, int num_logits,
+                             std::vector<float>& logits) {
+  const int num_tokens = static_cast<int>(tokens.size());
+  if (num_tokens == 0) return invalid_argument("forward needs at least one token");
+  if (num_logits < 0 || num_logits > num_tokens) {
+    return invalid_argument(fmt::format("asked for the logits of {} of {} tokens", num_logits,
+                                        num_tokens));
+  }
+  if (start_position < 0 || start_position + num_tokens > cache.capacity()) {
+    return out_of_range(fmt::format("positions {}..{} do not fit in a cache of {} tokens",
+                                    start_position, start_position + num_tokens - 1,
+                                    cache.capacity()));
+  }
+  for (TokenIndex token : tokens) {
+    if (token < 0 || token >= config_.vocab_size) {
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary (0..{})", token,
+                                          config_.vocab_size - 1));
+    }
+  }
+
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
+  w.residual.resize(num_tokens * hidden);
+  w.normed.resize(num_tokens * hidden);
+  w.query.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
+  w.key.resize(static_cast<int64_t>(num_tokens) * config_.kv_size());
+  w.value.resize(static_cast<int64_t>(num_tokens) * config_.kv_size());
+  w.attention.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
+  w.projected.resize(num_tokens * hidden);
+  w.gate.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
+  w.up.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
+  w.positions.resize(num_tokens);
+  for (int t = 0; t < num_tokens; ++t) w.positions[t] = start_position + t;
+  rope_.compute_angles(w.positions, w.rope_cos, w.rope_sin);
+
+  embed(tokens, w.residual.data());
+  for (int i = 0; i < config_.num_layers; ++i) {
+    attention_block(weights_.layers[i], i, num_tokens, start_position, cache, pool);
+    feed_forward_block(weights_.layers[i], num_tokens, pool);
+  }
+
+  // Final norm and the output projection, only for the tokens whose logits are wanted.
+  const int first = num_tokens - num_logits;
+  const int count = num_logits;
+  logits.resize(static_cast<size_t>(count) * config_.vocab_size);
+  if (count == 0) return Status();
+  for (int t = first; t < num_tokens; ++t) {
+    rms_norm(w.residual.data() + t * hidden, weights_.output_norm, static_cast<int>(hidden),
+             config_.rms_norm_epsilon, w.normed.data() + (t - first) * hidden);
+  }
+  kernels::matmul(weights_.output, w.normed.data(), count, logits.data(), pool);
+  return Status();
+}
+
+void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
+                                   int start_position, KvCache& cache, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int hidden = config_.hidden_size;
+  const int head_size = config_.head_size;
+  for (int t = 0; t < num_tokens; ++t) {
+    rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm, hidden,
+             config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
+  }
+  kernels::matmul(layer.query, w.normed.data(), num_tokens, w.query.data(), pool);
+  kernels::matmul(layer.key, w.normed.data(), num_tokens, w.key.data(), pool);
+  kernels::matmul(layer.value, w.normed.data(), num_tokens, w.value.data(), pool);
+  if (config_.qkv_bias) {
+    add_bias(w.query.data(), layer.query_bias, num_tokens, config_.q_size());
+    add_bias(w.key.data(), layer.key_bias, num_tokens, config_.kv_size());
+    add_bias(w.value.data(), layer.value_bias, num_tokens, config_.kv_size());
+  }
+  if (config_.qk_norm) {
+    normalize_heads(w.query.data(), layer.query_norm, num_tokens * config_.num_heads, head_size,
+                    config_.rms_norm_epsilon);
+    normalize_heads(w.key.data(), layer.key_norm, num_tokens * config_.num_kv_heads, head_size,
+                    config_.rms_norm_epsilon);
+  }
+  const int pairs = head_size / 2;
+  for (int t = 0; t < num_tokens; ++t) {
+    const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
+    const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
+    rope_.rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
+                 cos_row, sin_row);
+    rope_.rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
+                 cos_row, sin_row);
+  }
+
+  // This batch's keys and values join the cache, then every query attends over it.
+  const size_t kv_row_bytes = sizeof(float) * config_.kv_size();
+  std::memcpy(cache.keys(layer_index) + static_cast<int64_t>(start_position) * config_.kv_size(),
+              w.key.data(), kv_row_bytes * num_tokens);
+  std::memcpy(cache.values(layer_index) + static_cast<int64_t>(start_position) * config_.kv_size(),
+              w.value.data(), kv_row_bytes * num_tokens);
+  const AttentionShape shape{config_.num_heads, config_.num_kv_heads, head_size,
+                             1.0f / std::sqrt(static_cast<float>(head_size))};
+  causal_attention(shape, w.query.data(), num_tokens, start_position, cache.keys(layer_index),
+                   cache.values(layer_index), w.attention.data(), pool);
+
+  kernels::matmul(layer.attention_output, w.attention.data(), num_tokens, w.projected.data(), pool);
+  add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
+}
+
+void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int hidden = config_.hidden_size;
+  for (int t = 0; t < num_tokens; ++t) {
+    rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
+             config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
+  }
+  kernels::matmul(layer.gate, w.normed.data(), num_tokens, w.gate.data(), pool);
+  kernels::matmul(layer.up, w.normed.data(), num_tokens, w.up.data(), pool);
+  swiglu(w.gate.data(), w.up.data(), static_cast<int64_t>(num_tokens) * config_.ffn_size,
+         w.gate.data());
+  kernels::matmul(layer.down, w.gate.data(), num_tokens, w.projected.data(), pool);
+  add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
+}
+
+}  // namespace tachyon

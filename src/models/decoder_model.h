@@ -1,0 +1,69 @@
+// A Llama-family decoder-only transformer (Llama 2/3, Mistral, SmolLM, Qwen2/2.5, Qwen3):
+// pre-norm attention with grouped KV heads and RoPE, then a SwiGLU feed-forward block.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kv_cache/kv_cache.h"
+#include "model_files/gguf_file.h"
+#include "models/decoder_weights.h"
+#include "models/model_config.h"
+#include "models/rotary_embedding.h"
+
+namespace tachyon {
+
+using TokenIndex = int32_t;
+
+class DecoderModel {
+ public:
+  // The model reads its weights from `file`, which must outlive it.
+  static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file);
+
+  const ModelConfig& config() const { return config_; }
+  const DecoderWeights& weights() const { return weights_; }
+
+  KvCache make_cache(int capacity) const {
+    return KvCache(config_.num_layers, config_.kv_size(), capacity);
+  }
+
+  // Runs `tokens` at positions start_position.. of the sequence cached in `cache` (whose
+  // positions before start_position are already filled) and writes the logits of the last
+  // `num_logits` tokens: f32 [num_logits, vocab] (1: the next-token prediction; tokens.size():
+  // all of them). Token ids must be valid and the positions must fit in the cache; checked.
+  Status forward(std::span<const TokenIndex> tokens, int start_position, KvCache& cache,
+                 ThreadPool& pool, int num_logits, std::vector<float>& logits);
+
+ private:
+  DecoderModel(ModelConfig config, DecoderWeights weights);
+
+  // Activations for a batch of tokens, reused across calls.
+  struct Workspace {
+    std::vector<float> residual;   // f32 [tokens, hidden]
+    std::vector<float> normed;     // f32 [tokens, hidden]
+    std::vector<float> query;      // f32 [tokens, q_size]
+    std::vector<float> key;        // f32 [tokens, kv_size]
+    std::vector<float> value;      // f32 [tokens, kv_size]
+    std::vector<float> attention;  // f32 [tokens, q_size]
+    std::vector<float> projected;  // f32 [tokens, hidden]
+    std::vector<float> gate;       // f32 [tokens, ffn]
+    std::vector<float> up;         // f32 [tokens, ffn]
+    std::vector<float> rope_cos;   // f32 [tokens, head_size/2]
+    std::vector<float> rope_sin;   // f32 [tokens, head_size/2]
+    std::vector<int> positions;
+  };
+
+  void embed(std::span<const TokenIndex> tokens, float* out) const;
+  void attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
+                       int start_position, KvCache& cache, ThreadPool& pool);
+  void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+
+  ModelConfig config_;
+  DecoderWeights weights_;
+  RotaryEmbedding rope_;
+  Workspace workspace_;
+};
+
+}  // namespace tachyon

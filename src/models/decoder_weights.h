@@ -1,0 +1,44 @@
+// The tensors of a Llama-family decoder, found by their GGUF names and checked against the
+// config. Matrices stay in their stored type, pointing into the mapped file.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "model_files/gguf_file.h"
+#include "models/model_config.h"
+
+namespace tachyon {
+
+struct LayerWeights {
+  const float* attention_norm = nullptr;  // f32 [hidden]
+  kernels::WeightMatrix query;             // [q_size rows, hidden cols]
+  kernels::WeightMatrix key;               // [kv_size, hidden]
+  kernels::WeightMatrix value;             // [kv_size, hidden]
+  kernels::WeightMatrix attention_output;  // [hidden, q_size]
+  const float* query_bias = nullptr;       // f32 [q_size], Qwen2 only
+  const float* key_bias = nullptr;         // f32 [kv_size], Qwen2 only
+  const float* value_bias = nullptr;       // f32 [kv_size], Qwen2 only
+  const float* query_norm = nullptr;       // f32 [head_size], Qwen3 only
+  const float* key_norm = nullptr;         // f32 [head_size], Qwen3 only
+  const float* ffn_norm = nullptr;         // f32 [hidden]
+  kernels::WeightMatrix gate;              // [ffn, hidden]
+  kernels::WeightMatrix up;                // [ffn, hidden]
+  kernels::WeightMatrix down;              // [hidden, ffn]
+};
+
+struct DecoderWeights {
+  kernels::WeightMatrix token_embedding;  // [vocab, hidden]
+  const float* output_norm = nullptr;     // f32 [hidden]
+  kernels::WeightMatrix output;           // [vocab, hidden]; the embedding when tied
+  std::vector<float> rope_frequency_factors;  // f32 [head_size/2], llama3 only
+  std::vector<LayerWeights> layers;
+
+  static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config);
+
+  // Vectors stored in another type than f32 (rare) are converted once and kept here.
+  std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
+};
+
+}  // namespace tachyon

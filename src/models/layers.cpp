@@ -1,0 +1,95 @@
+#include "models/layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace tachyon {
+
+void rms_norm(const float* x, const float* weight, int size, float eps, float* out) {
+  double sum_squares = 0.0;
+  for (int i = 0; i < size; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
+  const float inverse_rms = 1.0f / std::sqrt(static_cast<float>(sum_squares / size) + eps);
+  for (int i = 0; i < size; ++i) out[i] = x[i] * inverse_rms * weight[i];
+}
+
+void swiglu(const float* gate, const float* up, int64_t size, float* out) {
+  for (int64_t i = 0; i < size; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_in_place(float* x, const float* y, int64_t size) {
+  for (int64_t i = 0; i < size; ++i) x[i] += y[i];
+}
+
+namespace {
+
+// One token's attention for the `group` query heads that share one KV head: scores of every
+// visible position, softmax, weighted sum of values. K and V rows are read once for the whole
+// group. Cloned per instruction set so the loops over head_size vectorise.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_group(
+    const float* queries /* f32 [group, head_size] */, int group, int head_size, float scale,
+    int num_positions, const float* keys, const float* values, int64_t kv_stride,
+    float* scores /* f32 [group, num_positions] */, float* out /* f32 [group, head_size] */) {
+  for (int p = 0; p < num_positions; ++p) {
+    const float* k = keys + p * kv_stride;
+    for (int h = 0; h < group; ++h) {
+      const float* q = queries + h * head_size;
+      float dot = 0.0f;
+      for (int d = 0; d < head_size; ++d) dot += q[d] * k[d];
+      scores[h * num_positions + p] = dot * scale;
+    }
+  }
+  for (int h = 0; h < group; ++h) {
+    float* row = scores + h * num_positions;
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < num_positions; ++p) max_score = std::max(max_score, row[p]);
+    float sum = 0.0f;
+    for (int p = 0; p < num_positions; ++p) {
+      row[p] = std::exp(row[p] - max_score);
+      sum += row[p];
+    }
+    const float inverse_sum = 1.0f / sum;
+    for (int p = 0; p < num_positions; ++p) row[p] *= inverse_sum;
+    std::fill(out + h * head_size, out + (h + 1) * head_size, 0.0f);
+  }
+  for (int p = 0; p < num_positions; ++p) {
+    const float* v = values + p * kv_stride;
+    for (int h = 0; h < group; ++h) {
+      const float weight = scores[h * num_positions + p];
+      float* o = out + h * head_size;
+      for (int d = 0; d < head_size; ++d) o[d] += weight * v[d];
+    }
+  }
+}
+
+}  // namespace
+
+void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
+                      int start_position, const float* keys, const float* values, float* out,
+                      ThreadPool& pool) {
+  const int head_size = shape.head_size;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
+  const int64_t kv_stride = static_cast<int64_t>(shape.num_kv_heads) * head_size;
+  const int64_t work = static_cast<int64_t>(num_tokens) * shape.num_kv_heads;
+  pool.parallel_for(work, 1, [&](int64_t begin, int64_t end) {
+    // One row of scores per query head: O(context) memory, never a tokens × context matrix.
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(group) * (start_position + num_tokens));
+    for (int64_t item = begin; item < end; ++item) {
+      const int t = static_cast<int>(item / shape.num_kv_heads);
+      const int kv_head = static_cast<int>(item % shape.num_kv_heads);
+      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
+      attend_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
+                   start_position + t + 1, keys + static_cast<int64_t>(kv_head) * head_size,
+                   values + static_cast<int64_t>(kv_head) * head_size, kv_stride, scores.data(),
+                   out + t * q_stride + head_offset);
+    }
+  });
+}
+
+}  // namespace tachyon

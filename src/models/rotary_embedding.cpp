@@ -1,0 +1,88 @@
+#include "models/rotary_embedding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace tachyon {
+
+RotaryEmbedding::RotaryEmbedding(const RopeConfig& config,
+                                 std::span<const float> frequency_factors)
+    : layout_(config.layout), dimensions_(config.dimensions) {
+  const int pairs = dimensions_ / 2;
+  inverse_frequencies_.resize(pairs);
+  for (int j = 0; j < pairs; ++j) {
+    // theta^(-2j/D), computed in f32 as Hugging Face does.
+    inverse_frequencies_[j] =
+        1.0f / std::pow(static_cast<float>(config.freq_base), static_cast<float>(2 * j) / dimensions_);
+  }
+  const float factor = static_cast<float>(config.scaling_factor);
+  switch (config.scaling) {
+    case RopeScaling::kNone:
+    case RopeScaling::kLlama3: break;
+    case RopeScaling::kLinear:
+      for (float& frequency : inverse_frequencies_) frequency /= factor;
+      break;
+    case RopeScaling::kYarn: {
+      // Dimensions that rotate fewer than beta_slow times over the original context are
+      // interpolated (divided by the factor), those rotating more than beta_fast times are kept,
+      // with a linear ramp between; attention is sharpened by m = 0.1 ln(factor) + 1.
+      const double base = config.freq_base;
+      const double original = config.original_context_length;
+      auto correction_dimension = [&](double rotations) {
+        return dimensions_ * std::log(original / (rotations * 2 * std::numbers::pi)) /
+               (2 * std::log(base));
+      };
+      const double low = std::max(0.0, std::floor(correction_dimension(config.yarn_beta_fast)));
+      double high = std::min(static_cast<double>(dimensions_ - 1),
+                             std::ceil(correction_dimension(config.yarn_beta_slow)));
+      if (high == low) high += 0.001;
+      for (int j = 0; j < pairs; ++j) {
+        const double ramp = std::clamp((j - low) / (high - low), 0.0, 1.0);
+        const float interpolated = inverse_frequencies_[j] / factor;
+        inverse_frequencies_[j] = static_cast<float>(interpolated * ramp +
+                                                     inverse_frequencies_[j] * (1.0 - ramp));
+      }
+      attention_factor_ = static_cast<float>(0.1 * std::log(config.scaling_factor) + 1.0);
+      break;
+    }
+  }
+  if (!frequency_factors.empty()) {
+    for (int j = 0; j < pairs && j < static_cast<int>(frequency_factors.size()); ++j) {
+      inverse_frequencies_[j] /= frequency_factors[j];
+    }
+  }
+}
+
+void RotaryEmbedding::compute_angles(std::span<const int> positions, std::vector<float>& cos_out,
+                                     std::vector<float>& sin_out) const {
+  const size_t pairs = inverse_frequencies_.size();
+  cos_out.resize(positions.size() * pairs);
+  sin_out.resize(positions.size() * pairs);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (size_t j = 0; j < pairs; ++j) {
+      // The angle in f32 like the reference, then cos/sin in double for accuracy.
+      const float angle = static_cast<float>(positions[t]) * inverse_frequencies_[j];
+      cos_out[t * pairs + j] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor_;
+      sin_out[t * pairs + j] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor_;
+    }
+  }
+}
+
+void RotaryEmbedding::rotate(float* heads, int num_heads, const float* cos_row,
+                             const float* sin_row) const {
+  const int pairs = dimensions_ / 2;
+  for (int h = 0; h < num_heads; ++h) {
+    float* x = heads + static_cast<size_t>(h) * dimensions_;
+    for (int j = 0; j < pairs; ++j) {
+      const int a = layout_ == RopeLayout::kAdjacentPairs ? 2 * j : j;
+      const int b = layout_ == RopeLayout::kAdjacentPairs ? 2 * j + 1 : j + pairs;
+      const float x0 = x[a];
+      const float x1 = x[b];
+      x[a] = x0 * cos_row[j] - x1 * sin_row[j];
+      x[b] = x1 * cos_row[j] + x0 * sin_row[j];
+    }
+  }
+}
+
+}  // namespace tachyon

@@ -1,0 +1,135 @@
+#include "runtime/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "tokenizer/streaming_detokenizer.h"
+
+namespace tachyon {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Generator::Generator(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
+                     int context_size, int batch_size)
+    : model_(model),
+      tokenizer_(tokenizer),
+      pool_(pool),
+      batch_size_(std::max(1, batch_size)),
+      cache_(model.make_cache(context_size)),
+      end_of_generation_(end_of_generation_tokens(tokenizer.vocabulary())) {}
+
+std::vector<TokenId> Generator::end_of_generation_tokens(const Vocabulary& vocabulary) {
+  std::vector<TokenId> ids;
+  for (const std::optional<TokenId>& id : {vocabulary.eos_id, vocabulary.eot_id, vocabulary.eom_id}) {
+    if (id) ids.push_back(*id);
+  }
+  static const char* const kEndMarkers[] = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>",
+                                            "<|eom_id|>",    "<|end|>",    "<end_of_turn>",
+                                            "</s>",          "<|end_of_text|>"};
+  for (const char* marker : kEndMarkers) {
+    std::optional<TokenId> id = vocabulary.find(marker);
+    if (id && vocabulary.types[*id] == TokenType::kControl) ids.push_back(*id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+Status Generator::extend(std::span<const TokenId> tokens) {
+  size_t start = cached_tokens_.size();
+  while (start < tokens.size()) {
+    const size_t count = std::min<size_t>(batch_size_, tokens.size() - start);
+    Status status = model_.forward(tokens.subspan(start, count), static_cast<int>(start), cache_,
+                                   pool_, /*num_logits=*/1, logits_);
+    if (!status.ok()) {
+      cached_tokens_.resize(start);
+      return status;
+    }
+    cached_tokens_.insert(cached_tokens_.end(), tokens.begin() + start,
+                          tokens.begin() + start + count);
+    start += count;
+  }
+  return Status();
+}
+
+Result<std::span<const float>> Generator::prefill(std::span<const TokenId> prompt) {
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  if (static_cast<int>(prompt.size()) >= context_size()) {
+    return out_of_range(fmt::format("prompt has {} tokens, context is {}", prompt.size(),
+                                    context_size()));
+  }
+  // Reuse the longest common prefix, but always recompute the last prompt token: its logits
+  // are what the first sampled token comes from.
+  size_t reuse = 0;
+  const size_t limit = std::min(cached_tokens_.size(), prompt.size() - 1);
+  while (reuse < limit && cached_tokens_[reuse] == prompt[reuse]) ++reuse;
+  cached_tokens_.resize(reuse);
+  TACHYON_RETURN_IF_ERROR(extend(prompt));
+  return std::span<const float>(logits_);
+}
+
+Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
+                                             const SamplingParams& params,
+                                             const std::function<void(std::string_view)>& on_text,
+                                             const std::atomic<bool>* cancel) {
+  TACHYON_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(params, tokenizer_.vocabulary_size()));
+  GenerationOutput output;
+  output.prompt_tokens = static_cast<int>(prompt.size());
+  const auto prompt_start = std::chrono::steady_clock::now();
+  {
+    size_t reusable = 0;
+    while (reusable < cached_tokens_.size() && reusable + 1 < prompt.size() &&
+           cached_tokens_[reusable] == prompt[reusable]) {
+      ++reusable;
+    }
+    output.cached_prompt_tokens = static_cast<int>(reusable);
+  }
+  TACHYON_ASSIGN_OR_RETURN(std::span<const float> first_logits, prefill(prompt));
+  (void)first_logits;
+  output.prompt_seconds = seconds_since(prompt_start);
+
+  const auto generation_start = std::chrono::steady_clock::now();
+  StopCondition stop(params, end_of_generation_);
+  StreamingDetokenizer detokenizer(tokenizer_, /*skip_special=*/true);
+  std::vector<TokenId> context(prompt.begin(), prompt.end());
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    output.text += text;
+    on_text(text);
+  };
+  while (true) {
+    if (cancel && cancel->load()) {
+      emit(stop.flush());
+      output.cancelled = true;
+      break;
+    }
+    const TokenId token = sampler.sample(logits_, context, prompt.size());
+    context.push_back(token);
+    output.tokens.push_back(token);
+    TACHYON_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(token));
+    StopUpdate update = stop.push(token, piece);
+    emit(update.text);
+    if (update.finished()) {
+      output.finish_reason = update.finish_reason;
+      break;
+    }
+    if (static_cast<int>(context.size()) >= context_size()) {
+      // No room to compute another token: the context is full.
+      emit(stop.flush());
+      output.finish_reason = FinishReason::kLength;
+      break;
+    }
+    TACHYON_RETURN_IF_ERROR(extend(context));
+  }
+  output.generation_seconds = seconds_since(generation_start);
+  return output;
+}
+
+}  // namespace tachyon

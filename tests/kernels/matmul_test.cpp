@@ -1,0 +1,369 @@
+// Consistency tests for kernels::matmul: every SIMD level against the scalar reference (tight,
+// only f32 summation order differs), and the reference against a plain f32 product of the
+// dequantized weights with the unquantized activations (loose, bounded by the 8-bit rounding of
+// the activations).
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/reference/block_layouts.h"
+#include "kernels/reference/dequantize.h"
+#include "kernels/reference/dot_products.h"
+#include "kernels/reference/matmul_reference.h"
+#include "kernels/reference/quantize_activations.h"
+
+namespace tachyon::kernels {
+namespace {
+
+using reference::kQ8Block;
+
+// A finite f16 with a random sign and mantissa and a biased exponent in [min_exp, max_exp].
+uint16_t random_f16(std::mt19937& rng, int min_exp, int max_exp, bool allow_negative) {
+  std::uniform_int_distribution<int> exponent(min_exp, max_exp);
+  std::uniform_int_distribution<int> mantissa(0, 1023);
+  const int sign = allow_negative ? static_cast<int>(rng() & 1u) : 0;
+  return static_cast<uint16_t>((sign << 15) | (exponent(rng) << 10) | mantissa(rng));
+}
+
+void put_u16(std::vector<uint8_t>& bytes, size_t offset, uint16_t value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof(value));
+}
+
+// Random weights of `type`, [rows, cols]: random bytes with every scale field replaced by a
+// sane finite value (scales near 2^-6, so dequantized weights are O(0.1-1)).
+std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const DTypeInfo& info = dtype_info(type);
+  const size_t num_blocks = static_cast<size_t>(rows * cols / info.block_elements);
+  std::vector<uint8_t> bytes(num_blocks * info.block_bytes);
+  for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  for (size_t b = 0; b < num_blocks; ++b) {
+    const size_t base = b * info.block_bytes;
+    switch (type) {
+      case DType::kF32: {
+        const float value = normal(rng);
+        std::memcpy(bytes.data() + base, &value, sizeof(value));
+        break;
+      }
+      case DType::kF16:
+        put_u16(bytes, base, random_f16(rng, 10, 15, true));  // |w| in [2^-5, 2)
+        break;
+      case DType::kBF16:
+        put_u16(bytes, base, static_cast<uint16_t>(std::bit_cast<uint32_t>(normal(rng)) >> 16));
+        break;
+      case DType::kQ4_0:
+      case DType::kQ5_0:
+      case DType::kQ8_0:
+        put_u16(bytes, base, random_f16(rng, 6, 9, true));
+        break;
+      case DType::kQ4_1:
+      case DType::kQ5_1:
+        put_u16(bytes, base, random_f16(rng, 6, 9, true));
+        put_u16(bytes, base + 2, random_f16(rng, 9, 13, true));
+        break;
+      case DType::kQ2_K:
+        put_u16(bytes, base + offsetof(reference::BlockQ2_K, d), random_f16(rng, 6, 9, true));
+        put_u16(bytes, base + offsetof(reference::BlockQ2_K, dmin), random_f16(rng, 6, 9, true));
+        break;
+      case DType::kQ3_K:
+        put_u16(bytes, base + offsetof(reference::BlockQ3_K, d), random_f16(rng, 6, 9, true));
+        break;
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        put_u16(bytes, base + 0, random_f16(rng, 6, 9, true));
+        put_u16(bytes, base + 2, random_f16(rng, 6, 9, true));
+        break;
+      case DType::kQ6_K:
+        put_u16(bytes, base + offsetof(reference::BlockQ6_K, d), random_f16(rng, 4, 7, true));
+        break;
+      case DType::kQ8_K: {
+        const float d = std::ldexp(1.0f + static_cast<float>(rng() % 100) / 100.0f, -7);
+        std::memcpy(bytes.data() + base, &d, sizeof(d));
+        break;
+      }
+      default:
+        ADD_FAILURE() << "no random generator for " << dtype_name(type);
+    }
+  }
+  return bytes;
+}
+
+// Activations, f32 [num_tokens, cols]: mostly N(0, 1), a few outliers, and an all-zero token
+// (token 1 when there are several) to exercise the tiny-block path.
+std::vector<float> random_activations(int64_t num_tokens, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(num_tokens * cols));
+  for (float& value : x) value = normal(rng) * ((rng() % 50 == 0) ? 20.0f : 1.0f);
+  if (num_tokens > 1) std::fill(x.begin() + cols, x.begin() + 2 * cols, 0.0f);
+  return x;
+}
+
+std::vector<KernelLevel> simd_levels() {
+  std::vector<KernelLevel> levels;
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512}) {
+    if (kernel_level_available(level)) levels.push_back(level);
+  }
+  return levels;
+}
+
+const DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                           DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+
+std::vector<int64_t> cols_for(DType type) {
+  const int64_t block = dtype_info(type).block_elements;
+  if (block == 1) return {1, 7, 37, 576};  // odd sizes exercise the vector tails
+  return {block, 3 * block};               // one block, several blocks
+}
+
+std::string case_name(DType type, KernelLevel level, int64_t rows, int64_t cols, int64_t tokens,
+                      int threads) {
+  return std::string(dtype_name(type)) + " " + std::string(kernel_level_name(level)) +
+         " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+         " tokens=" + std::to_string(tokens) + " threads=" + std::to_string(threads);
+}
+
+// Per output: sum_c (|w_c| + |m_c|) * |x_c|, where m_c is the offset of c's block for the
+// Q8-dot types (their kernels add d*da*sum(q*a) and m*sa separately) and 0 otherwise. Every
+// f32 term either kernel adds is at most about this big, so rounding differences are a small
+// multiple of eps times it.
+std::vector<double> magnitude(DType type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                              const std::vector<float>& wf, const std::vector<float>& x,
+                              int64_t num_tokens) {
+  const size_t row_bytes = WeightMatrix{type, nullptr, rows, cols}.row_bytes();
+  std::vector<double> out(static_cast<size_t>(num_tokens * rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> offset(static_cast<size_t>(cols), 0.0);
+    if (reference::has_q8_dot(type)) {
+      for (int64_t c = 0; c < cols; ++c) {
+        offset[c] =
+            std::fabs(reference::split_block(type, w.data() + r * row_bytes, c / kQ8Block).m);
+      }
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        sum += (std::fabs(wf[r * cols + c]) + offset[c]) * std::fabs(x[t * cols + c]);
+      }
+      out[t * rows + r] = sum;
+    }
+  }
+  return out;
+}
+
+TEST(MatmulTest, SupportsEveryDequantizableType) {
+  for (uint32_t id = 0; id < 64; ++id) {
+    const std::optional<DTypeInfo> info = dtype_info(id);
+    if (!info) continue;
+    EXPECT_EQ(matmul_supports(info->type), info->can_dequantize) << info->name;
+  }
+  for (DType type : kAllTypes) EXPECT_TRUE(matmul_supports(type)) << dtype_name(type);
+}
+
+TEST(MatmulTest, ActiveLevelIsAvailable) {
+  EXPECT_TRUE(kernel_level_available(active_kernel_level()));
+  EXPECT_TRUE(kernel_level_available(KernelLevel::kReference));
+}
+
+// SIMD activation quantization is bit-identical to the reference.
+TEST(MatmulTest, QuantizeActivationsMatchesReferenceExactly) {
+  std::mt19937 rng(7);
+  for (int64_t cols : {32, 64, 576, 1536}) {
+    const int64_t tokens = 5;
+    std::vector<float> x = random_activations(tokens, cols, rng);
+    x[3] = 1e-35f;                      // a tiny value in a block of zeros would be zeroed
+    x[cols + 5] = 2.5f * (1.0f / 127);  // ties at x * 127 / amax are rare; random data covers it
+    const int64_t blocks = tokens * cols / kQ8Block;
+    std::vector<int8_t> qs_ref(tokens * cols), qs(tokens * cols);
+    std::vector<float> d_ref(blocks), s_ref(blocks), d(blocks), s(blocks);
+    reference::quantize_activations_q8(x.data(), tokens, cols, qs_ref.data(), d_ref.data(),
+                                       s_ref.data());
+    for (KernelLevel level : simd_levels()) {
+      SCOPED_TRACE(std::string(kernel_level_name(level)) + " cols=" + std::to_string(cols));
+      if (level == KernelLevel::kAvx2) {
+        avx2::quantize_activations(x.data(), tokens, cols, qs.data(), d.data(), s.data());
+      } else {
+        avx512::quantize_activations(x.data(), tokens, cols, qs.data(), d.data(), s.data());
+      }
+      EXPECT_EQ(qs, qs_ref);
+      EXPECT_EQ(0, std::memcmp(d.data(), d_ref.data(), d.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(s.data(), s_ref.data(), s.size() * sizeof(float)));
+    }
+  }
+}
+
+TEST(MatmulTest, ReferenceQuantizationRoundsToNearest) {
+  float x[32] = {};
+  x[0] = 127.0f;  // amax: d = 1, inverse = 1
+  x[1] = 2.5f;    // ties go to even
+  x[2] = -3.5f;
+  x[3] = 0.49f;
+  x[4] = -126.6f;
+  int8_t qs[32];
+  float d = 0.0f;
+  float s = 0.0f;
+  reference::quantize_row_q8(x, 32, qs, &d, &s);
+  EXPECT_EQ(d, 1.0f);
+  EXPECT_EQ(qs[0], 127);
+  EXPECT_EQ(qs[1], 2);
+  EXPECT_EQ(qs[2], -4);
+  EXPECT_EQ(qs[3], 0);
+  EXPECT_EQ(qs[4], -127);
+  EXPECT_EQ(s, 127.0f + 2 - 4 - 127);
+}
+
+class MatmulTypeTest : public testing::TestWithParam<DType> {};
+
+// Each SIMD level (1 and 2 threads) against the reference: only f32 summation order differs,
+// so |y - y_ref| <= 1e-5 * sum_c (|w_c| + |m_c|) |x_c| (see `magnitude`).
+// Threads split rows, which does not change any row's math: 1 and 2 threads agree bit for bit.
+TEST_P(MatmulTypeTest, SimdMatchesReference) {
+  const DType type = GetParam();
+  std::mt19937 rng(1234 + static_cast<int>(type));
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  int cases = 0;
+  for (int64_t rows : {1, 7, 33, 100}) {
+    for (int64_t cols : cols_for(type)) {
+      const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+      std::vector<float> wf(static_cast<size_t>(rows * cols));
+      ASSERT_TRUE(reference::dequantize(type, w.data(), wf.data(), rows * cols).ok());
+      for (int64_t tokens : {1, 3, 17, 64}) {
+        const std::vector<float> x = random_activations(tokens, cols, rng);
+        std::vector<float> y_ref(static_cast<size_t>(tokens * rows));
+        ASSERT_TRUE(
+            reference::matmul(type, w.data(), rows, cols, x.data(), tokens, y_ref.data()).ok());
+        const std::vector<double> scale = magnitude(type, w, rows, cols, wf, x, tokens);
+        const WeightMatrix matrix{type, w.data(), rows, cols};
+        for (KernelLevel level : simd_levels()) {
+          std::vector<float> y1(y_ref.size(), NAN);
+          std::vector<float> y2(y_ref.size(), NAN);
+          matmul_at_level(level, matrix, x.data(), tokens, y1.data(), pool1);
+          matmul_at_level(level, matrix, x.data(), tokens, y2.data(), pool2);
+          SCOPED_TRACE(case_name(type, level, rows, cols, tokens, 1));
+          int failures = 0;
+          for (size_t i = 0; i < y_ref.size() && failures < 5; ++i) {
+            const double tolerance = 1e-5 * scale[i] + 1e-30;
+            if (!(std::fabs(y1[i] - y_ref[i]) <= tolerance)) {
+              ADD_FAILURE() << "index " << i << ": simd " << y1[i] << " reference " << y_ref[i]
+                            << " tolerance " << tolerance;
+              ++failures;
+            }
+          }
+          EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
+              << "1 and 2 threads differ";
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
+// The reference against y = W_f32 x_f32 in double. For the Q8-dot types the only error beyond
+// f32 rounding is the activation rounding: x_c = d_b q_c + e_c with |e_c| <= d_b / 2 =
+// amax_b / 254 (q = nearest integer to x / d_b), and the reference's split form
+// d*da*sum(q a) + m*sa is algebraically sum_c w_c (d_b q_c). So per output
+//   |y - y_exact| <= sum_b (amax_b / 254) * sum_{c in b} |w_c|  +  f32 rounding,
+// with f32 rounding bounded as in SimdMatchesReference. Other types see only f32 rounding.
+TEST_P(MatmulTypeTest, ReferenceMatchesExactProduct) {
+  const DType type = GetParam();
+  std::mt19937 rng(99 + static_cast<int>(type));
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t cols : cols_for(type)) {
+      const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+      std::vector<float> wf(static_cast<size_t>(rows * cols));
+      ASSERT_TRUE(reference::dequantize(type, w.data(), wf.data(), rows * cols).ok());
+      for (int64_t tokens : {1, 3, 17}) {
+        const std::vector<float> x = random_activations(tokens, cols, rng);
+        std::vector<float> y(static_cast<size_t>(tokens * rows));
+        ASSERT_TRUE(reference::matmul(type, w.data(), rows, cols, x.data(), tokens, y.data()).ok());
+        const std::vector<double> scale = magnitude(type, w, rows, cols, wf, x, tokens);
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double exact = 0.0;
+            double rounding_bound = 0.0;
+            for (int64_t c = 0; c < cols; ++c) exact += double(wf[r * cols + c]) * x[t * cols + c];
+            if (reference::has_q8_dot(type)) {
+              for (int64_t b = 0; b < cols / kQ8Block; ++b) {
+                double amax = 0.0;
+                double wsum = 0.0;
+                for (int64_t c = b * kQ8Block; c < (b + 1) * kQ8Block; ++c) {
+                  amax = std::max(amax, double(std::fabs(x[t * cols + c])));
+                  wsum += std::fabs(wf[r * cols + c]);
+                }
+                rounding_bound += amax / 254.0 * wsum;
+              }
+            }
+            const size_t i = static_cast<size_t>(t * rows + r);
+            const double tolerance = 1.001 * rounding_bound + 1e-5 * scale[i] + 1e-30;
+            ASSERT_LE(std::fabs(y[i] - exact), tolerance)
+                << case_name(type, KernelLevel::kReference, rows, cols, tokens, 1) << " token " << t
+                << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// matmul() runs the active level; matmul_at_level(kReference) is the reference.
+TEST_P(MatmulTypeTest, DispatchRunsTheActiveLevel) {
+  const DType type = GetParam();
+  std::mt19937 rng(5);
+  const int64_t rows = 40;
+  const int64_t cols =
+      2 * dtype_info(type).block_elements * (dtype_info(type).block_elements == 1 ? 64 : 1);
+  const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+  const std::vector<float> x = random_activations(5, cols, rng);
+  ThreadPool pool(2);
+  const WeightMatrix matrix{type, w.data(), rows, cols};
+  std::vector<float> y(5 * rows), y_level(5 * rows), y_ref(5 * rows), y_ref_level(5 * rows);
+  matmul(matrix, x.data(), 5, y.data(), pool);
+  matmul_at_level(active_kernel_level(), matrix, x.data(), 5, y_level.data(), pool);
+  EXPECT_EQ(0, std::memcmp(y.data(), y_level.data(), y.size() * sizeof(float)));
+  matmul_at_level(KernelLevel::kReference, matrix, x.data(), 5, y_ref_level.data(), pool);
+  ASSERT_TRUE(reference::matmul(type, w.data(), rows, cols, x.data(), 5, y_ref.data()).ok());
+  EXPECT_EQ(0, std::memcmp(y_ref.data(), y_ref_level.data(), y.size() * sizeof(float)));
+}
+
+// Repeated calls with growing and shrinking shapes reuse the scratch buffers correctly.
+TEST(MatmulTest, RepeatedCallsWithChangingShapes) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (int64_t cols : {64, 1536, 32, 576}) {
+    for (int64_t tokens : {40, 1, 9}) {
+      const int64_t rows = 50;
+      const std::vector<uint8_t> w = random_weights(DType::kQ4_1, rows, cols, rng);
+      const std::vector<float> x = random_activations(tokens, cols, rng);
+      std::vector<float> y(tokens * rows), y_ref(tokens * rows);
+      matmul({DType::kQ4_1, w.data(), rows, cols}, x.data(), tokens, y.data(), pool);
+      ASSERT_TRUE(
+          reference::matmul(DType::kQ4_1, w.data(), rows, cols, x.data(), tokens, y_ref.data())
+              .ok());
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], y_ref[i], 1e-4f * (1.0f + std::fabs(y_ref[i]))) << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypeTest, testing::ValuesIn(kAllTypes),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace tachyon::kernels

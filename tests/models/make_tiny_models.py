@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Test fixture: writes the tiny GGUF models of tools/tiny_models.py into OUT_DIR and checks each
+file's SHA-256 against tests/golden/logits/manifest.json, so the golden logits (computed by HF
+transformers from the same weights) really belong to these files."""
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import tiny_models  # noqa: E402
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((ROOT / "tests/golden/logits/manifest.json").read_text())
+    problems = 0
+    for entry in manifest["entries"]:
+        path = tiny_models.write_model(entry["config"], entry["dtype"], out / entry["gguf"])
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != entry["gguf_sha256"]:
+            print(f"{path.name}: sha256 {digest} differs from the manifest's {entry['gguf_sha256']} "
+                  f"(numpy or gguf version drift?)")
+            problems += 1
+    print(f"wrote {len(manifest['entries'])} tiny models to {out}, {problems} with a wrong sha256")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
