@@ -18,8 +18,9 @@ build:
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The main job: an interactive chat with the default model (MODEL=path for another).
 chat: setup build
-	@$(BUILD_DIR)/tachyon info $(if $(MODEL),-m $(MODEL))
+	@$(BUILD_DIR)/tachyon chat $(if $(MODEL),-m $(MODEL))
 
 test: setup build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -1,0 +1,179 @@
+// `tachyon chat`: an interactive conversation with the model's chat template. History is
+// kept within the context window (oldest turns drop out first); the KV cache of the previous
+// turn is reused, so only the new turn is computed.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/interrupt.h"
+#include "cli/model_session.h"
+#include "cli/sampling_options.h"
+#include "runtime/generator.h"
+
+namespace tachyon::cli {
+namespace {
+
+struct ChatOptions {
+  ModelOptions model;
+  SamplingOptions sampling;
+  std::string system;
+  int max_tokens = -1;  // per reply; -1: until the model stops or the context is full
+  int min_reply_room = 128;
+};
+
+struct Turn {
+  std::string user;
+  std::string assistant;
+};
+
+class ChatSession {
+ public:
+  ChatSession(ModelSession& session, ChatTemplate chat_template, const ChatOptions& options,
+              SamplingParams params)
+      : session_(session),
+        template_(std::move(chat_template)),
+        options_(options),
+        params_(std::move(params)),
+        system_(options.system),
+        generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
+                   options.model.batch_size) {}
+
+  void run() {
+    const bool interactive = isatty(STDIN_FILENO);
+    if (interactive) {
+      std::printf("tachyon chat with %s (context %d tokens)\n"
+                  "/reset clears the conversation, /system TEXT sets the system message, /exit "
+                  "quits. Ctrl-C stops a reply, Ctrl-D quits.\n",
+                  session_.file->path().c_str(), session_.context_size);
+    }
+    InterruptGuard interrupt;
+    while (true) {
+      if (interactive) {
+        std::printf("\n> ");
+        std::fflush(stdout);
+      }
+      std::string line;
+      if (!std::getline(std::cin, line)) {
+        if (interrupt.interrupted() && !std::cin.eof()) {  // Ctrl-C at the prompt
+          std::cin.clear();
+          interrupt.clear();
+          std::printf("\n(Ctrl-D or /exit quits)");
+          continue;
+        }
+        break;  // end of input
+      }
+      if (line.empty()) continue;
+      if (line == "/exit" || line == "/quit") break;
+      if (line == "/reset") {
+        turns_.clear();
+        if (interactive) std::printf("(conversation cleared)\n");
+        continue;
+      }
+      if (line.starts_with("/system")) {
+        system_ = line.size() > 8 ? line.substr(8) : "";
+        turns_.clear();
+        if (interactive) std::printf("(system message set; conversation cleared)\n");
+        continue;
+      }
+      interrupt.clear();
+      reply(line, interrupt);
+    }
+  }
+
+ private:
+  boost::json::array messages(bool with_last_reply) const {
+    boost::json::array out;
+    if (!system_.empty()) out.push_back({{"role", "system"}, {"content", system_}});
+    for (size_t i = 0; i < turns_.size(); ++i) {
+      out.push_back({{"role", "user"}, {"content", turns_[i].user}});
+      if (i + 1 < turns_.size() || with_last_reply) {
+        out.push_back({{"role", "assistant"}, {"content", turns_[i].assistant}});
+      }
+    }
+    return out;
+  }
+
+  void reply(const std::string& user_text, const InterruptGuard& interrupt) {
+    turns_.push_back({user_text, ""});
+    std::vector<TokenId> prompt;
+    // Drop the oldest turns until the prompt leaves room for a reply.
+    while (true) {
+      Result<std::string> rendered = session_.render_chat(template_, messages(false), true);
+      if (!rendered.ok()) {
+        std::fprintf(stderr, "tachyon: error: %s\n", rendered.status().message().c_str());
+        turns_.pop_back();
+        return;
+      }
+      prompt = session_.tokenizer->encode(*rendered);
+      const int room = session_.context_size - static_cast<int>(prompt.size());
+      if (room >= std::min(options_.min_reply_room, session_.context_size / 4)) break;
+      if (turns_.size() == 1) {
+        std::fprintf(stderr, "tachyon: error: the message needs %zu tokens, the context is %d\n",
+                     prompt.size(), session_.context_size);
+        turns_.pop_back();
+        return;
+      }
+      turns_.erase(turns_.begin());
+    }
+    SamplingParams params = params_;
+    if (options_.max_tokens >= 0) params.max_tokens = options_.max_tokens;
+    Result<GenerationOutput> output = generator_.generate(
+        prompt, params,
+        [](std::string_view piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        },
+        &interrupt.flag());
+    std::printf("\n");
+    std::fflush(stdout);
+    if (!output.ok()) {
+      std::fprintf(stderr, "tachyon: error: %s\n", output.status().message().c_str());
+      turns_.pop_back();
+      return;
+    }
+    if (output->cancelled) std::fprintf(stderr, "(reply stopped)\n");
+    turns_.back().assistant = output->text;
+  }
+
+  ModelSession& session_;
+  ChatTemplate template_;
+  const ChatOptions& options_;
+  SamplingParams params_;
+  std::string system_;
+  Generator generator_;
+  std::vector<Turn> turns_;
+};
+
+Status run_chat(ChatOptions& options) {
+  TACHYON_RETURN_IF_ERROR(options.sampling.finish());
+  TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  TACHYON_RETURN_IF_ERROR(options.sampling.params.validate(session.tokenizer->vocabulary_size()));
+  TACHYON_ASSIGN_OR_RETURN(ChatTemplate chat_template, session.chat_template());
+  ChatSession chat(session, std::move(chat_template), options, options.sampling.params);
+  chat.run();
+  return Status();
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto options = std::make_shared<ChatOptions>();
+  CLI::App* command = app.add_subcommand("chat", "Talk with the model");
+  add_model_options(*command, options->model);
+  add_sampling_options(*command, options->sampling);
+  command->add_option("--system", options->system, "System message");
+  command->add_option("-n,--max-tokens", options->max_tokens,
+                      "Most tokens per reply, -1 = until the model stops (default)");
+  command->callback([options] {
+    Status status = run_chat(*options);
+    if (!status.ok()) fail(status.message());
+  });
+}
+
+}  // namespace tachyon::cli
