@@ -35,7 +35,7 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& task) {
+void ThreadPool::run(FunctionRef<void(int, int)> task) {
   if (num_threads_ == 1) {
     task(0, 1);
     return;
@@ -49,7 +49,15 @@ void ThreadPool::run(const std::function<void(int, int)>& task) {
   }
   wake_.notify_all();
   task(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) TACHYON_CPU_RELAX();
+  // Spin for the workers; yield now and then, so that a worker that lost its core (the machine
+  // is busy) gets it back instead of waiting behind us.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins % 1024 == 1023) {
+      std::this_thread::yield();
+    } else {
+      TACHYON_CPU_RELAX();
+    }
+  }
   task_ = nullptr;
 }
 
@@ -77,7 +85,7 @@ void ThreadPool::worker_loop(int thread_index) {
 }
 
 void ThreadPool::parallel_for(int64_t count, int64_t grain,
-                              const std::function<void(int64_t, int64_t)>& body) {
+                              FunctionRef<void(int64_t, int64_t)> body) {
   if (count <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t num_grains = (count + grain - 1) / grain;
@@ -86,14 +94,15 @@ void ThreadPool::parallel_for(int64_t count, int64_t grain,
     body(0, count);
     return;
   }
-  run([&](int thread_index, int) {
+  auto chunk = [&](int thread_index, int) {
     if (thread_index >= threads) return;
     const int64_t first = num_grains * thread_index / threads;
     const int64_t last = num_grains * (thread_index + 1) / threads;
     const int64_t begin = first * grain;
     const int64_t end = std::min(count, last * grain);
     if (begin < end) body(begin, end);
-  });
+  };
+  run(chunk);
 }
 
 }  // namespace tachyon

@@ -6,10 +6,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace tachyon {
 
@@ -25,19 +26,18 @@ class ThreadPool {
 
   // Calls task(thread_index, num_threads) once on every thread (the caller is index 0) and
   // returns when all have finished. Not reentrant: one job at a time.
-  void run(const std::function<void(int thread_index, int num_threads)>& task);
+  void run(FunctionRef<void(int thread_index, int num_threads)> task);
 
   // Splits [0, count) into contiguous chunks, one per thread, each a multiple of `grain`
   // (except the last), and calls body(begin, end) for the non-empty ones.
-  void parallel_for(int64_t count, int64_t grain,
-                    const std::function<void(int64_t begin, int64_t end)>& body);
+  void parallel_for(int64_t count, int64_t grain, FunctionRef<void(int64_t begin, int64_t end)> body);
 
  private:
   void worker_loop(int thread_index);
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int, int)>* task_ = nullptr;
+  const FunctionRef<void(int, int)>* task_ = nullptr;
   std::atomic<uint64_t> generation_{0};  // bumped for each job
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stopping_{false};

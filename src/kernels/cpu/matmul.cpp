@@ -42,8 +42,7 @@ T* grown(std::vector<T>& buffer, int64_t size) {
   return buffer.data();
 }
 
-// Everything a worker needs, behind one pointer so the std::function the pool takes stays in
-// its small buffer (no allocation per call).
+// Everything a worker needs, in one struct that the pool's jobs reach through one pointer.
 struct MatmulJob {
   KernelLevel level;
   const WeightMatrix* w;
