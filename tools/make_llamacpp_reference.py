@@ -105,9 +105,13 @@ class Log:
         self._cb = _cb  # keep alive
         L.llama_log_set(self._cb, ctypes.c_void_p(0))
 
-    def grep(self, needle: str) -> list[str]:
-        text = "".join(self.lines)
-        return [ln.strip() for ln in text.splitlines() if needle in ln]
+    def lines_matching(self, needles) -> list[str]:
+        out = []
+        for ln in "".join(self.lines).splitlines():
+            ln = ln.strip()
+            if any(n in ln for n in needles) and ln not in out:
+                out.append(ln)
+        return out
 
 
 def ggml_info() -> dict:
@@ -131,9 +135,13 @@ def ggml_info() -> dict:
 def version_info(log: Log) -> dict:
     info = {
         "llama_cpp_python": llama_cpp.__version__,
-        "llama_cpp_commit": "0c1e57098 (ggml-org/llama.cpp, as vendored by llama-cpp-python 0.3.36)",
+        "llama_cpp_commit": "0c1e57098 (ggml-org/llama.cpp, 2026-10-01, as vendored by llama-cpp-python 0.3.36)",
+        "llama_cpp_version": "0.5.0-dev",
         "llama_print_system_info": L.llama_print_system_info().decode().strip(),
         **ggml_info(),
+        "ggml_commit_note": "'-dirty' is an artefact of building from the unpacked sdist (git "
+                            "diff-index sees new file times); the vendored tree is a clean "
+                            "llama.cpp@0c1e57098bba43ac29e6e3b677cdceebdd22334f (git status: no changes)",
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
@@ -339,8 +347,8 @@ def main() -> int:
         "perplexity": {"n_ctx": PPL_CTX, "n_batch": PPL_CTX, "n_ubatch": PPL_CTX},
         "kv_cache_type": "f16 (llama.cpp default)",
         "flash_attn_type": "auto (llama.cpp default)",
-        "llama_cpp_context_log": [s for s in log.grep("llama_context:") if "flash_attn" in s
-                                  or "n_ctx" in s or "causal" in s or "kv_unified" in s][:8],
+        "llama_cpp_log": [s for s in log.lines_matching(
+            ("flash_attn", "Flash Attention", "llama_kv_cache: size", "CPU_REPACK", "- type "))],
     }
     greedy_out = []
     t0 = time.perf_counter()

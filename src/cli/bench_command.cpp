@@ -49,7 +49,7 @@ Status run_bench(const BenchOptions& options) {
     return invalid_argument(fmt::format("the test needs {} positions but the model's context is {}",
                                         needed, model.config().context_length));
   }
-  KvCache cache = model.make_cache(needed);
+  KvCache cache = model.make_cache(needed, session.cache_type);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int> random_token(0, model.config().vocab_size - 1);
   std::vector<float> logits;

@@ -42,7 +42,7 @@ class ChatSession {
         params_(std::move(params)),
         system_(options.system),
         generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
-                   options.model.batch_size) {}
+                   options.model.batch_size, session.cache_type) {}
 
   void run() {
     const bool interactive = isatty(STDIN_FILENO);

@@ -47,7 +47,7 @@ Status run_generate(GenerateOptions& options) {
   if (prompt.empty()) return invalid_argument("the prompt is empty");
 
   Generator generator(*session.model, *session.tokenizer, *session.pool, session.context_size,
-                      options.model.batch_size);
+                      options.model.batch_size, session.cache_type);
   InterruptGuard interrupt;
   TACHYON_ASSIGN_OR_RETURN(
       GenerationOutput output,
@@ -67,8 +67,11 @@ Status run_generate(GenerateOptions& options) {
   const double decode_rate = completion_tokens > 1 && output.generation_seconds > 0
                                  ? (completion_tokens - 1) / output.generation_seconds
                                  : 0.0;
+  boost::json::array completion_ids;
+  for (TokenId id : output.tokens) completion_ids.push_back(id);
   boost::json::object result{
       {"text", output.text},
+      {"completion_ids", completion_ids},
       {"finish_reason", output.cancelled ? "cancelled" : finish_reason_name(output.finish_reason)},
       {"prompt_tokens", output.prompt_tokens},
       {"completion_tokens", completion_tokens},

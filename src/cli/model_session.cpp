@@ -18,6 +18,8 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
   command.add_option("-b,--batch-size", options.batch_size,
                      "Prompt tokens computed per forward pass (default 512)")
       ->check(CLI::Range(1, 1 << 16));
+  command.add_option("--cache-type", options.cache_type, "KV cache storage: f16 (default) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}));
 }
 
 Result<ModelSession> open_session(const ModelOptions& options) {
@@ -46,6 +48,7 @@ Result<ModelSession> open_session(const ModelOptions& options) {
     return invalid_argument(fmt::format("context size {} is larger than the model's {}",
                                         session.context_size, config.context_length));
   }
+  session.cache_type = options.cache_type == "f32" ? DType::kF32 : DType::kF16;
   session.pool = std::make_unique<ThreadPool>(options.threads);
   return session;
 }

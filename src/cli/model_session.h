@@ -21,6 +21,7 @@ struct ModelOptions {
   int threads = 0;       // 0: one per hardware thread
   int context_size = 0;  // 0: min(model context, 4096)
   int batch_size = 512;
+  std::string cache_type = "f16";  // KV cache storage: f16 or f32
 };
 
 // Adds -m/--model, -t/--threads, -c/--ctx-size and -b/--batch-size.
@@ -32,6 +33,7 @@ struct ModelSession {
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<ThreadPool> pool;
   int context_size = 0;
+  DType cache_type = DType::kF16;
 
   // The model's chat template, or an error saying it has none.
   Result<ChatTemplate> chat_template() const;

@@ -55,7 +55,7 @@ Status run_perplexity(const PerplexityOptions& options) {
   }
   DecoderModel& model = *session.model;
   const int vocab = model.config().vocab_size;
-  KvCache cache = model.make_cache(window);
+  KvCache cache = model.make_cache(window, session.cache_type);
   std::vector<float> logits;
   double total = 0;
   int64_t scored = 0;
@@ -108,6 +108,8 @@ void add_perplexity_command(CLI::App& app) {
   command->add_option("-t,--threads", options->model.threads, "Threads (default: all)");
   command->add_option("-b,--batch-size", options->model.batch_size, "Tokens per forward pass (512)")
       ->check(CLI::Range(1, 1 << 16));
+  command->add_option("--cache-type", options->model.cache_type, "KV cache storage: f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}));
   command->add_option("-f,--file", options->file, "Text file")->required();
   command->add_option("--ctx", options->window, "Window size in tokens (512)")
       ->check(CLI::Range(2, 1 << 20));

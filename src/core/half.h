@@ -1,7 +1,8 @@
-// IEEE half and bfloat16 to f32, bit-exact, no hardware needed.
+// IEEE half and bfloat16 to and from f32, bit-exact, no hardware needed.
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace tachyon {
@@ -30,6 +31,30 @@ inline float f16_to_f32(uint16_t h) {
   }
   return std::bit_cast<float>(bits);
 }
+
+// Rounds to the nearest half, ties to even (as F16C's vcvtps2ph and numpy do); overflow gives
+// infinity, NaN stays NaN.
+inline uint16_t f32_to_f16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // NaN: quiet, top payload bits kept
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
+  if (magnitude < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a multiple of 2^-24, found exactly by scaling
+    // (a power of two) and rounding half to even; 1024 comes out as the smallest normal.
+    const float scaled = std::bit_cast<float>(magnitude) * 16777216.0f;
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)));
+  }
+  magnitude += 0xfffu + ((magnitude >> 13) & 1u);  // round the 13 dropped bits, ties to even
+  magnitude -= 112u << 23;                         // exponent bias 127 -> 15
+  return static_cast<uint16_t>(sign | (magnitude >> 13));
+}
+
+// The f32 value nearest to `value` that a half can hold.
+inline float round_to_f16(float value) { return f16_to_f32(f32_to_f16(value)); }
 
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 

@@ -1,9 +1,50 @@
 #include "kv_cache/kv_cache.h"
 
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/cpu/convert.h"
+
 namespace tachyon {
 
-KvCache::KvCache(int num_layers, int kv_size, int capacity)
-    : num_layers_(num_layers), kv_size_(kv_size), capacity_(capacity),
-      storage_(static_cast<size_t>(num_layers) * 2 * capacity * kv_size, 0.0f) {}
+KvCache::KvCache(int num_layers, int kv_size, int capacity, DType type)
+    : num_layers_(num_layers), kv_size_(kv_size), capacity_(capacity), type_(type) {
+  TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
+  storage_.resize(static_cast<size_t>(num_layers) * 2 * capacity * kv_size * element_bytes());
+}
+
+void KvCache::write_row(size_t byte_offset, const float* row, int64_t n) {
+  if (type_ == DType::kF16) {
+    kernels::f32_to_f16_row(row, reinterpret_cast<uint16_t*>(storage_.data() + byte_offset), n);
+  } else {
+    std::memcpy(storage_.data() + byte_offset, row, n * sizeof(float));
+  }
+}
+
+void KvCache::read_row(size_t byte_offset, float* row, int64_t n) const {
+  if (type_ == DType::kF16) {
+    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(storage_.data() + byte_offset), row,
+                            n);
+  } else {
+    std::memcpy(row, storage_.data() + byte_offset, n * sizeof(float));
+  }
+}
+
+void KvCache::store(int layer, int position, int count, const float* keys, const float* values) {
+  // Rows of one layer are contiguous, so the whole batch is one run.
+  const int64_t n = static_cast<int64_t>(count) * kv_size_;
+  write_row(offset(layer, 0, position, 0), keys, n);
+  write_row(offset(layer, 1, position, 0), values, n);
+}
+
+void KvCache::load_head(int layer, int kv_head, int head_size, int count, float* keys,
+                        float* values) const {
+  for (int p = 0; p < count; ++p) {
+    read_row(offset(layer, 0, p, kv_head * head_size), keys + static_cast<int64_t>(p) * head_size,
+             head_size);
+    read_row(offset(layer, 1, p, kv_head * head_size), values + static_cast<int64_t>(p) * head_size,
+             head_size);
+  }
+}
 
 }  // namespace tachyon

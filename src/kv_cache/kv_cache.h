@@ -1,36 +1,49 @@
-// Keys and values of one sequence's past tokens, per layer, in a contiguous buffer.
+// Keys and values of one sequence's past tokens, per layer, in a contiguous buffer, stored as
+// f16 (half the memory, llama.cpp's default) or f32 (exact).
 // (The paged, shared cache for serving many sequences replaces this in the engine.)
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace tachyon {
 
 class KvCache {
  public:
-  KvCache(int num_layers, int kv_size, int capacity);
+  // `type` is DType::kF16 or DType::kF32.
+  KvCache(int num_layers, int kv_size, int capacity, DType type = DType::kF16);
 
   int capacity() const { return capacity_; }
   int kv_size() const { return kv_size_; }
+  DType type() const { return type_; }
+  size_t bytes() const { return storage_.size(); }
 
-  // f32 [capacity, kv_size]: row p holds the key (value) of position p.
-  float* keys(int layer) { return storage_.data() + layer_offset(layer, 0); }
-  float* values(int layer) { return storage_.data() + layer_offset(layer, 1); }
-  const float* keys(int layer) const { return storage_.data() + layer_offset(layer, 0); }
-  const float* values(int layer) const { return storage_.data() + layer_offset(layer, 1); }
+  // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size].
+  void store(int layer, int position, int count, const float* keys, const float* values);
 
-  size_t bytes() const { return storage_.size() * sizeof(float); }
+  // One KV head's keys and values for positions [0, count) as f32, rows of head_size.
+  // keys, values: f32 [count, head_size].
+  void load_head(int layer, int kv_head, int head_size, int count, float* keys,
+                 float* values) const;
 
  private:
-  size_t layer_offset(int layer, int which) const {
-    return (static_cast<size_t>(layer) * 2 + which) * capacity_ * kv_size_;
+  size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
+  // Byte offset of element `index` of row `position` of the keys (which = 0) or values (1).
+  size_t offset(int layer, int which, int position, int index) const {
+    return (((static_cast<size_t>(layer) * 2 + which) * capacity_ + position) * kv_size_ + index) *
+           element_bytes();
   }
+  void write_row(size_t byte_offset, const float* row, int64_t n);
+  void read_row(size_t byte_offset, float* row, int64_t n) const;
 
   int num_layers_;
   int kv_size_;
   int capacity_;
-  std::vector<float> storage_;  // f32 [layers, 2 (key, value), capacity, kv_size]
+  DType type_;
+  std::vector<uint8_t> storage_;  // f16 or f32 [layers, 2 (key, value), capacity, kv_size]
 };
 
 }  // namespace tachyon

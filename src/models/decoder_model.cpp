@@ -135,15 +135,11 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
   }
 
   // This batch's keys and values join the cache, then every query attends over it.
-  const size_t kv_row_bytes = sizeof(float) * config_.kv_size();
-  std::memcpy(cache.keys(layer_index) + static_cast<int64_t>(start_position) * config_.kv_size(),
-              w.key.data(), kv_row_bytes * num_tokens);
-  std::memcpy(cache.values(layer_index) + static_cast<int64_t>(start_position) * config_.kv_size(),
-              w.value.data(), kv_row_bytes * num_tokens);
+  cache.store(layer_index, start_position, num_tokens, w.key.data(), w.value.data());
   const AttentionShape shape{config_.num_heads, config_.num_kv_heads, head_size,
                              1.0f / std::sqrt(static_cast<float>(head_size))};
-  causal_attention(shape, w.query.data(), num_tokens, start_position, cache.keys(layer_index),
-                   cache.values(layer_index), w.attention.data(), pool);
+  causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer_index,
+                   w.attention.data(), pool);
 
   kernels::matmul(layer.attention_output, w.attention.data(), num_tokens, w.projected.data(), pool);
   add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);

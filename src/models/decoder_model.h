@@ -25,8 +25,9 @@ class DecoderModel {
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }
 
-  KvCache make_cache(int capacity) const {
-    return KvCache(config_.num_layers, config_.kv_size(), capacity);
+  // A cache for `capacity` positions, stored as f16 (default) or f32.
+  KvCache make_cache(int capacity, DType type = DType::kF16) const {
+    return KvCache(config_.num_layers, config_.kv_size(), capacity, type);
   }
 
   // Runs `tokens` at positions start_position.. of the sequence cached in `cache` (whose

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+
 namespace tachyon {
 
 void rms_norm(const float* x, const float* weight, int size, float eps, float* out) {
@@ -69,25 +70,37 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_group(
 }  // namespace
 
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
-                      int start_position, const float* keys, const float* values, float* out,
+                      int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool) {
   const int head_size = shape.head_size;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
-  const int64_t kv_stride = static_cast<int64_t>(shape.num_kv_heads) * head_size;
-  const int64_t work = static_cast<int64_t>(num_tokens) * shape.num_kv_heads;
+  // Work items: a KV head and a run of consecutive tokens, whose keys and values are widened
+  // to f32 once and then shared by the run's queries.
+  constexpr int kTokensPerItem = 16;
+  const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
+  const int64_t work = runs * shape.num_kv_heads;
   pool.parallel_for(work, 1, [&](int64_t begin, int64_t end) {
-    // One row of scores per query head: O(context) memory, never a tokens × context matrix.
+    // One row of scores per query head: O(context) memory, never a tokens x context matrix.
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(group) * (start_position + num_tokens));
+    thread_local std::vector<float> head_keys;    // f32 [positions, head_size]
+    thread_local std::vector<float> head_values;  // f32 [positions, head_size]
     for (int64_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item / shape.num_kv_heads);
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
+      const int first_token = static_cast<int>(item / shape.num_kv_heads) * kTokensPerItem;
+      const int last_token = std::min(num_tokens, first_token + kTokensPerItem) - 1;
+      const int num_positions = start_position + last_token + 1;
+      head_keys.resize(static_cast<size_t>(num_positions) * head_size);
+      head_values.resize(static_cast<size_t>(num_positions) * head_size);
+      cache.load_head(layer, kv_head, head_size, num_positions, head_keys.data(),
+                      head_values.data());
+      scores.resize(static_cast<size_t>(group) * num_positions);
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
-      attend_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
-                   start_position + t + 1, keys + static_cast<int64_t>(kv_head) * head_size,
-                   values + static_cast<int64_t>(kv_head) * head_size, kv_stride, scores.data(),
-                   out + t * q_stride + head_offset);
+      for (int t = first_token; t <= last_token; ++t) {
+        attend_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
+                     start_position + t + 1, head_keys.data(), head_values.data(), head_size,
+                     scores.data(), out + t * q_stride + head_offset);
+      }
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kv_cache/kv_cache.h"
 
 namespace tachyon {
 
@@ -28,11 +29,10 @@ struct AttentionShape {
 // positions 0..start_position + t), softmax(q·K/scale)·V with an online softmax, so no score
 // matrix is ever built.
 // queries: f32 [num_tokens, num_heads * head_size]
-// keys, values: f32 [positions, num_kv_heads * head_size] (the cache, already holding this
-// batch's keys and values)
+// `layer` of `cache` already holds this batch's keys and values; the arithmetic is f32
 // out: f32 [num_tokens, num_heads * head_size]
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
-                      int start_position, const float* keys, const float* values, float* out,
+                      int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool);
 
 }  // namespace tachyon

@@ -47,11 +47,17 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& config,
       break;
     }
   }
+  frequency_factors_.assign(pairs, 1.0f);
   if (!frequency_factors.empty()) {
     for (int j = 0; j < pairs && j < static_cast<int>(frequency_factors.size()); ++j) {
       inverse_frequencies_[j] /= frequency_factors[j];
+      frequency_factors_[j] = frequency_factors[j];
     }
   }
+  // YaRN's ramp is computed per pair above; the other schemes are a power series.
+  use_frequency_powers_ = config.scaling != RopeScaling::kYarn;
+  frequency_ratio_ = std::pow(static_cast<float>(config.freq_base), -2.0f / dimensions_);
+  frequency_scale_ = config.scaling == RopeScaling::kLinear ? 1.0f / factor : 1.0f;
 }
 
 void RotaryEmbedding::compute_angles(std::span<const int> positions, std::vector<float>& cos_out,
@@ -60,11 +66,25 @@ void RotaryEmbedding::compute_angles(std::span<const int> positions, std::vector
   cos_out.resize(positions.size() * pairs);
   sin_out.resize(positions.size() * pairs);
   for (size_t t = 0; t < positions.size(); ++t) {
+    float* cos_row = cos_out.data() + t * pairs;
+    float* sin_row = sin_out.data() + t * pairs;
+    if (use_frequency_powers_) {
+      // As llama.cpp computes them (pos · base^(-2j/D) by repeated f32 multiplication, then
+      // f32 cos/sin), so that both engines see the same bits: with 8-bit activations a last-bit
+      // difference can flip a rounding and grow. Within 1e-6 of the exact angles.
+      float theta = static_cast<float>(positions[t]);
+      for (size_t j = 0; j < pairs; ++j) {
+        const float angle = frequency_scale_ * (theta / frequency_factors_[j]);
+        cos_row[j] = std::cos(angle) * attention_factor_;
+        sin_row[j] = std::sin(angle) * attention_factor_;
+        theta *= frequency_ratio_;
+      }
+      continue;
+    }
     for (size_t j = 0; j < pairs; ++j) {
-      // The angle in f32 like the reference, then cos/sin in double for accuracy.
       const float angle = static_cast<float>(positions[t]) * inverse_frequencies_[j];
-      cos_out[t * pairs + j] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor_;
-      sin_out[t * pairs + j] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor_;
+      cos_row[j] = std::cos(angle) * attention_factor_;
+      sin_row[j] = std::sin(angle) * attention_factor_;
     }
   }
 }

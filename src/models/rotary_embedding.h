@@ -32,6 +32,11 @@ class RotaryEmbedding {
   int dimensions_;
   std::vector<float> inverse_frequencies_;  // f32 [dimensions/2], after scaling
   float attention_factor_ = 1.0f;
+  // Angles as a power series (every scheme but YaRN): pos · ratio^j · scale / factor[j].
+  bool use_frequency_powers_ = true;
+  float frequency_ratio_ = 1.0f;          // base^(-2/D)
+  float frequency_scale_ = 1.0f;          // 1/factor for linear scaling
+  std::vector<float> frequency_factors_;  // f32 [dimensions/2], llama3's divisors (else 1)
 };
 
 }  // namespace tachyon

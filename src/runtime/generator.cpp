@@ -17,12 +17,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Generator::Generator(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
-                     int context_size, int batch_size)
+                     int context_size, int batch_size, DType cache_type)
     : model_(model),
       tokenizer_(tokenizer),
       pool_(pool),
       batch_size_(std::max(1, batch_size)),
-      cache_(model.make_cache(context_size)),
+      cache_(model.make_cache(context_size, cache_type)),
       end_of_generation_(end_of_generation_tokens(tokenizer.vocabulary())) {}
 
 std::vector<TokenId> Generator::end_of_generation_tokens(const Vocabulary& vocabulary) {

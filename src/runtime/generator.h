@@ -34,7 +34,7 @@ class Generator {
  public:
   // `context_size` tokens of KV cache (≤ the model's context length) are allocated up front.
   Generator(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool, int context_size,
-            int batch_size = 512);
+            int batch_size = 512, DType cache_type = DType::kF16);
 
   // Generates after `prompt` until a stop condition, max_tokens, a full context, or `cancel`
   // becomes true. `on_text` receives each piece of final text as soon as it is known.

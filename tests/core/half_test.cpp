@@ -89,3 +89,28 @@ TEST(HalfTest, AllInputsMatchNumpy) {
 
 }  // namespace
 }  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// f32 -> f16 rounding: every half survives the round trip, and halfway cases go to even.
+TEST(HalfRoundingTest, RoundTripsEveryHalfAndRoundsTiesToEven) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float value = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(value))));
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(value), h) << "half 0x" << std::hex << h;
+  }
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);           // tie, even stays 1.0
+  EXPECT_EQ(f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);           // tie, rounds up to even
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                     // just below the inf threshold
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                     // rounds to inf
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);        // tie between 0 and 2^-24: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);        // tie between 1 and 2 ulps: even
+  EXPECT_EQ(f32_to_f16(-std::ldexp(1023.5f, -24)), 0x8400);    // subnormal rounding into normal
+}
+
+}  // namespace
+}  // namespace tachyon

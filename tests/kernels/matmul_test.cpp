@@ -304,7 +304,8 @@ TEST_P(MatmulTypeTest, ReferenceMatchesExactProduct) {
                   amax = std::max(amax, double(std::fabs(x[t * cols + c])));
                   wsum += std::fabs(wf[r * cols + c]);
                 }
-                rounding_bound += amax / 254.0 * wsum;
+                // Half a step of q, plus the f16 rounding of d (2^-11 relative, times |q| <= 127).
+                rounding_bound += (amax / 254.0 + amax / 2048.0) * wsum;
               }
             }
             const size_t i = static_cast<size_t>(t * rows + r);

@@ -110,15 +110,16 @@ TEST_P(DecoderModelGoldenTest, MatchesHuggingFaceLogits) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   ThreadPool pool(2);
 
-  // The whole sequence in one batch.
-  KvCache cache = (*model)->make_cache(static_cast<int>(golden.tokens.size()));
+  // The whole sequence in one batch, with an exact (f32) cache.
+  KvCache cache = (*model)->make_cache(static_cast<int>(golden.tokens.size()), DType::kF32);
   std::vector<float> logits;
   ASSERT_TRUE((*model)->forward(golden.tokens, 0, cache, pool, static_cast<int>(golden.tokens.size()), logits).ok());
   expect_matches_golden(golden, logits, "one batch");
 
   // Token by token through the KV cache, and in uneven chunks: the same logits.
   for (int chunk : {1, 7}) {
-    KvCache incremental = (*model)->make_cache(static_cast<int>(golden.tokens.size()));
+    KvCache incremental =
+        (*model)->make_cache(static_cast<int>(golden.tokens.size()), DType::kF32);
     std::vector<float> all;
     std::vector<float> step;
     for (size_t start = 0; start < golden.tokens.size(); start += chunk) {
@@ -129,6 +130,13 @@ TEST_P(DecoderModelGoldenTest, MatchesHuggingFaceLogits) {
     }
     expect_matches_golden(golden, all, "chunks of " + std::to_string(chunk));
   }
+
+  // The default f16 cache costs a little precision and stays within the tolerance.
+  KvCache half_cache = (*model)->make_cache(static_cast<int>(golden.tokens.size()));
+  ASSERT_TRUE((*model)->forward(golden.tokens, 0, half_cache, pool,
+                                static_cast<int>(golden.tokens.size()), logits)
+                  .ok());
+  expect_matches_golden(golden, logits, "f16 cache");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, DecoderModelGoldenTest, ::testing::ValuesIn(load_goldens()),

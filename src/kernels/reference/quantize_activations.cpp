@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/half.h"
+
 namespace tachyon::reference {
 
 void quantize_row_q8(const float* x, int64_t cols, int8_t* qs, float* d, float* s) {
@@ -21,8 +23,8 @@ void quantize_row_q8(const float* x, int64_t cols, int8_t* qs, float* d, float* 
       qs[b * kQ8Block + j] = static_cast<int8_t>(q);
       sum += q;
     }
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
+    d[b] = round_to_f16(scale);
+    s[b] = round_to_f16(scale * static_cast<float>(sum));
   }
 }
 

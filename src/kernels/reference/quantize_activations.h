@@ -1,13 +1,13 @@
 // 8-bit quantization of f32 activations in blocks of 32 values, the activation side of the
 // integer dot products against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights (llama.cpp's Q8 trick).
 //
-// The math, shared bit for bit by every SIMD variant (tests compare them for equality):
+// The math, shared bit for bit by every SIMD variant (tests compare them for equality), and the
+// same as ggml's x86 quantize_row_q8_0/q8_1, so that results match llama.cpp's:
 //   amax = max |x| over the block
-//   d    = amax / 127,  q = nearbyint(x * (127 / amax))  (round half to even), q in [-127, 127]
-//   s    = d * (float)sum(q)
+//   q    = nearbyint(x * (127 / amax))  (round half to even), q in [-127, 127]
+//   d    = f16(amax / 127),  s = f16(amax / 127 * sum(q))   (rounded to half precision)
 // A block with amax <= kQ8TinyAmax (zeros, denormals) gets d = s = 0 and q = 0, so 127 / amax
-// never overflows. Scales are f32 (not f16 as in ggml's Q8_0/Q8_1): activations are transient,
-// so the extra bytes cost nothing and save a rounding.
+// never overflows. The scales are stored as f32 values that a half can hold.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,48 @@
+#include "kernels/cpu/convert.h"
+
+#include <immintrin.h>
+
+#include "core/cpu_features.h"
+#include "core/half.h"
+
+namespace tachyon::kernels {
+namespace {
+
+__attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(const float* src, uint16_t* dst,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), half);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* src, float* dst,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(half));
+  }
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+bool has_f16c() {
+  static const bool available = CpuFeatures::get().has_avx2_kernels();
+  return available;
+}
+
+}  // namespace
+
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  if (has_f16c()) return f32_to_f16_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  if (has_f16c()) return f16_to_f32_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+}  // namespace tachyon::kernels
