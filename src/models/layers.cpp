@@ -29,23 +29,23 @@ void add_in_place(float* x, const float* y, int64_t size) {
 namespace {
 
 // One token's attention for the `group` query heads that share one KV head: scores of every
-// visible position, softmax, weighted sum of values. K and V rows are read once for the whole
-// group. Cloned per instruction set so the loops over head_size vectorise.
+// visible position, softmax, weighted sum of values. Keys come transposed (one row per
+// dimension), so every loop runs along contiguous memory with no horizontal sums. Cloned per
+// instruction set so the loops vectorise.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_group(
     const float* queries /* f32 [group, head_size] */, int group, int head_size, float scale,
-    int num_positions, const float* keys, const float* values, int64_t kv_stride,
+    int num_positions, const float* keys_by_dimension /* f32 [head_size, key_stride] */,
+    int64_t key_stride, const float* values /* f32 [positions, head_size] */,
     float* scores /* f32 [group, num_positions] */, float* out /* f32 [group, head_size] */) {
-  for (int p = 0; p < num_positions; ++p) {
-    const float* k = keys + p * kv_stride;
-    for (int h = 0; h < group; ++h) {
-      const float* q = queries + h * head_size;
-      float dot = 0.0f;
-      for (int d = 0; d < head_size; ++d) dot += q[d] * k[d];
-      scores[h * num_positions + p] = dot * scale;
-    }
-  }
   for (int h = 0; h < group; ++h) {
+    const float* q = queries + h * head_size;
     float* row = scores + h * num_positions;
+    std::fill(row, row + num_positions, 0.0f);
+    for (int d = 0; d < head_size; ++d) {
+      const float qd = q[d] * scale;
+      const float* k = keys_by_dimension + d * key_stride;
+      for (int p = 0; p < num_positions; ++p) row[p] += qd * k[p];
+    }
     float max_score = -std::numeric_limits<float>::infinity();
     for (int p = 0; p < num_positions; ++p) max_score = std::max(max_score, row[p]);
     float sum = 0.0f;
@@ -58,7 +58,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_group(
     std::fill(out + h * head_size, out + (h + 1) * head_size, 0.0f);
   }
   for (int p = 0; p < num_positions; ++p) {
-    const float* v = values + p * kv_stride;
+    const float* v = values + static_cast<int64_t>(p) * head_size;
     for (int h = 0; h < group; ++h) {
       const float weight = scores[h * num_positions + p];
       float* o = out + h * head_size;
@@ -80,12 +80,15 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   constexpr int kTokensPerItem = 16;
   const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
   const int64_t work = runs * shape.num_kv_heads;
-  pool.parallel_for(work, 1, [&](int64_t begin, int64_t end) {
+  // Later tokens see more positions and cost more, so items are dealt out round-robin rather
+  // than in contiguous ranges, which would leave one thread with all the long ones.
+  pool.run([&](int thread_index, int num_threads) {
     // One row of scores per query head: O(context) memory, never a tokens x context matrix.
     thread_local std::vector<float> scores;
     thread_local std::vector<float> head_keys;    // f32 [positions, head_size]
+    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, positions]
     thread_local std::vector<float> head_values;  // f32 [positions, head_size]
-    for (int64_t item = begin; item < end; ++item) {
+    for (int64_t item = thread_index; item < work; item += num_threads) {
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const int first_token = static_cast<int>(item / shape.num_kv_heads) * kTokensPerItem;
       const int last_token = std::min(num_tokens, first_token + kTokensPerItem) - 1;
@@ -94,12 +97,19 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
       head_values.resize(static_cast<size_t>(num_positions) * head_size);
       cache.load_head(layer, kv_head, head_size, num_positions, head_keys.data(),
                       head_values.data());
+      keys_by_dimension.resize(head_keys.size());
+      for (int p = 0; p < num_positions; ++p) {
+        for (int d = 0; d < head_size; ++d) {
+          keys_by_dimension[static_cast<size_t>(d) * num_positions + p] =
+              head_keys[static_cast<size_t>(p) * head_size + d];
+        }
+      }
       scores.resize(static_cast<size_t>(group) * num_positions);
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       for (int t = first_token; t <= last_token; ++t) {
         attend_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
-                     start_position + t + 1, head_keys.data(), head_values.data(), head_size,
-                     scores.data(), out + t * q_stride + head_offset);
+                     start_position + t + 1, keys_by_dimension.data(), num_positions,
+                     head_values.data(), scores.data(), out + t * q_stride + head_offset);
       }
     }
   });
