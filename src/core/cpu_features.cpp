@@ -1,23 +1,54 @@
 #include "core/cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+namespace {
+// XGETBV without needing -mxsave: which register states the OS saves on context switches.
+inline unsigned long long _xgetbv_state() {
+  unsigned eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<unsigned long long>(edx) << 32) | eax;
+}
+}  // namespace
+#endif
+
 namespace tachyon {
 
-const CpuFeatures& CpuFeatures::get() {
-  static const CpuFeatures features = [] {
-    CpuFeatures f;
+namespace {
+
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2");
-    f.fma = __builtin_cpu_supports("fma");
-    f.f16c = __builtin_cpu_supports("f16c");
-    f.avx512f = __builtin_cpu_supports("avx512f");
-    f.avx512bw = __builtin_cpu_supports("avx512bw");
-    f.avx512vl = __builtin_cpu_supports("avx512vl");
-    f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-    f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+// Reads the CPUID feature bits (and checks that the OS saves AVX and AVX-512 state), which
+// works the same with every compiler; __builtin_cpu_supports does not know every feature
+// name in every compiler version.
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool os_saves_ymm = (ecx & bit_OSXSAVE) && ((_xgetbv_state() & 0x6) == 0x6);
+  const bool os_saves_zmm = os_saves_ymm && ((_xgetbv_state() & 0xe0) == 0xe0);
+  f.fma = os_saves_ymm && (ecx & bit_FMA);
+  f.f16c = os_saves_ymm && (ecx & bit_F16C);
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = os_saves_ymm && (ebx & bit_AVX2);
+  f.avx512f = os_saves_zmm && (ebx & bit_AVX512F);
+  f.avx512bw = os_saves_zmm && (ebx & bit_AVX512BW);
+  f.avx512vl = os_saves_zmm && (ebx & bit_AVX512VL);
+  f.avx512vnni = os_saves_zmm && (ecx & bit_AVX512VNNI);
+  unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
+  if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1)) {
+    f.avx512bf16 = os_saves_zmm && (eax1 & (1u << 5));  // CPUID.(7,1):EAX bit 5
+  }
+  return f;
+}
+#else
+CpuFeatures detect() { return CpuFeatures(); }
 #endif
-    return f;
-  }();
+
+}  // namespace
+
+const CpuFeatures& CpuFeatures::get() {
+  static const CpuFeatures features = detect();
   return features;
 }
 

@@ -8,7 +8,7 @@
 namespace tachyon {
 
 KvCache::KvCache(int num_layers, int kv_size, int capacity, DType type)
-    : num_layers_(num_layers), kv_size_(kv_size), capacity_(capacity), type_(type) {
+    : kv_size_(kv_size), capacity_(capacity), type_(type) {
   TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
   storage_.resize(static_cast<size_t>(num_layers) * 2 * capacity * kv_size * element_bytes());
 }

@@ -39,7 +39,6 @@ class KvCache {
   void write_row(size_t byte_offset, const float* row, int64_t n);
   void read_row(size_t byte_offset, float* row, int64_t n) const;
 
-  int num_layers_;
   int kv_size_;
   int capacity_;
   DType type_;
