@@ -71,6 +71,7 @@ Result<std::span<const float>> Generator::prefill(std::span<const TokenId> promp
   const size_t limit = std::min(cached_tokens_.size(), prompt.size() - 1);
   while (reuse < limit && cached_tokens_[reuse] == prompt[reuse]) ++reuse;
   cached_tokens_.resize(reuse);
+  last_reused_tokens_ = static_cast<int>(reuse);
   TACHYON_RETURN_IF_ERROR(extend(prompt));
   return std::span<const float>(logits_);
 }
@@ -83,16 +84,8 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   GenerationOutput output;
   output.prompt_tokens = static_cast<int>(prompt.size());
   const auto prompt_start = std::chrono::steady_clock::now();
-  {
-    size_t reusable = 0;
-    while (reusable < cached_tokens_.size() && reusable + 1 < prompt.size() &&
-           cached_tokens_[reusable] == prompt[reusable]) {
-      ++reusable;
-    }
-    output.cached_prompt_tokens = static_cast<int>(reusable);
-  }
-  TACHYON_ASSIGN_OR_RETURN(std::span<const float> first_logits, prefill(prompt));
-  (void)first_logits;
+  TACHYON_RETURN_IF_ERROR(prefill(prompt).status());
+  output.cached_prompt_tokens = last_reused_tokens_;
   output.prompt_seconds = seconds_since(prompt_start);
 
   const auto generation_start = std::chrono::steady_clock::now();

@@ -66,6 +66,7 @@ class Generator {
   std::vector<TokenId> cached_tokens_;
   std::vector<float> logits_;  // f32 [vocab] of the last computed token
   std::vector<TokenId> end_of_generation_;
+  int last_reused_tokens_ = 0;  // prompt tokens the last prefill took from the cache
 };
 
 }  // namespace tachyon
