@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 
 namespace tachyon {
 
@@ -25,49 +26,6 @@ void swiglu(const float* gate, const float* up, int64_t size, float* out) {
 void add_in_place(float* x, const float* y, int64_t size) {
   for (int64_t i = 0; i < size; ++i) x[i] += y[i];
 }
-
-namespace {
-
-// One token's attention for the `group` query heads that share one KV head: scores of every
-// visible position, softmax, weighted sum of values. Keys come transposed (one row per
-// dimension), so every loop runs along contiguous memory with no horizontal sums. Cloned per
-// instruction set so the loops vectorise.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_group(
-    const float* queries /* f32 [group, head_size] */, int group, int head_size, float scale,
-    int num_positions, const float* keys_by_dimension /* f32 [head_size, key_stride] */,
-    int64_t key_stride, const float* values /* f32 [positions, head_size] */,
-    float* scores /* f32 [group, num_positions] */, float* out /* f32 [group, head_size] */) {
-  for (int h = 0; h < group; ++h) {
-    const float* q = queries + h * head_size;
-    float* row = scores + h * num_positions;
-    std::fill(row, row + num_positions, 0.0f);
-    for (int d = 0; d < head_size; ++d) {
-      const float qd = q[d] * scale;
-      const float* k = keys_by_dimension + d * key_stride;
-      for (int p = 0; p < num_positions; ++p) row[p] += qd * k[p];
-    }
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < num_positions; ++p) max_score = std::max(max_score, row[p]);
-    float sum = 0.0f;
-    for (int p = 0; p < num_positions; ++p) {
-      row[p] = std::exp(row[p] - max_score);
-      sum += row[p];
-    }
-    const float inverse_sum = 1.0f / sum;
-    for (int p = 0; p < num_positions; ++p) row[p] *= inverse_sum;
-    std::fill(out + h * head_size, out + (h + 1) * head_size, 0.0f);
-  }
-  for (int p = 0; p < num_positions; ++p) {
-    const float* v = values + static_cast<int64_t>(p) * head_size;
-    for (int h = 0; h < group; ++h) {
-      const float weight = scores[h * num_positions + p];
-      float* o = out + h * head_size;
-      for (int d = 0; d < head_size; ++d) o[d] += weight * v[d];
-    }
-  }
-}
-
-}  // namespace
 
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
                       int start_position, const KvCache& cache, int layer, float* out,
@@ -107,7 +65,7 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
       scores.resize(static_cast<size_t>(group) * num_positions);
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       for (int t = first_token; t <= last_token; ++t) {
-        attend_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
+        kernels::attention_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
                      start_position + t + 1, keys_by_dimension.data(), num_positions,
                      head_values.data(), scores.data(), out + t * q_stride + head_offset);
       }
