@@ -634,7 +634,7 @@ class ParserState {
   }
 
   // One subscript: an expression or a slice `start:stop:step`. A slice comes back as a kSlice
-  // node whose first child is a placeholder for the sliced object.
+  // node whose first child is left empty; the caller fills in the sliced object.
   ExprPtr parse_subscribed() {
     const int line = current().line;
     ExprPtr start;
