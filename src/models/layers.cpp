@@ -9,24 +9,6 @@
 
 namespace tachyon {
 
-void rms_norm(const float* x, const float* weight, int size, float eps, float* out) {
-  double sum_squares = 0.0;
-  for (int i = 0; i < size; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
-  const float inverse_rms = 1.0f / std::sqrt(static_cast<float>(sum_squares / size) + eps);
-  for (int i = 0; i < size; ++i) out[i] = x[i] * inverse_rms * weight[i];
-}
-
-void swiglu(const float* gate, const float* up, int64_t size, float* out) {
-  for (int64_t i = 0; i < size; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
-void add_in_place(float* x, const float* y, int64_t size) {
-  for (int64_t i = 0; i < size; ++i) x[i] += y[i];
-}
-
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
                       int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool) {

@@ -1,22 +1,19 @@
-// Building blocks shared by decoder architectures: normalisation, the gated FFN activation and
-// causal attention over a sequence's KV cache.
+// Building blocks shared by decoder architectures: causal attention over a sequence's KV cache
+// (and, from kernels/, normalisation, the gated FFN activation and residual adds).
 #pragma once
 
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/elementwise.h"
 #include "kv_cache/kv_cache.h"
 
 namespace tachyon {
 
-// out = x / sqrt(mean(x²) + eps) * weight, for one vector of `size` floats.
-void rms_norm(const float* x, const float* weight, int size, float eps, float* out);
-
-// out = silu(gate) * up, element-wise (SwiGLU).
-void swiglu(const float* gate, const float* up, int64_t size, float* out);
-
-// x += y
-void add_in_place(float* x, const float* y, int64_t size);
+// The element-wise blocks (RMSNorm, SwiGLU, residual adds) are kernels.
+using kernels::add_in_place;
+using kernels::rms_norm;
+using kernels::swiglu;
 
 struct AttentionShape {
   int num_heads;     // query heads
@@ -26,8 +23,8 @@ struct AttentionShape {
 };
 
 // For each of `num_tokens` queries (token t sits at position start_position + t and sees
-// positions 0..start_position + t), softmax(q·K/scale)·V with an online softmax, so no score
-// matrix is ever built.
+// positions 0..start_position + t), softmax(q·K·scale)·V, keeping one row of scores per query
+// (memory grows with the context, never with tokens × context).
 // queries: f32 [num_tokens, num_heads * head_size]
 // `layer` of `cache` already holds this batch's keys and values; the arithmetic is f32
 // out: f32 [num_tokens, num_heads * head_size]

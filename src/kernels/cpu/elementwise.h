@@ -1,0 +1,18 @@
+// Element-wise steps of a transformer layer, compiled for AVX-512, AVX2 and plain x86-64 (the
+// best chosen at load time); kernels/reference/elementwise.h holds their oracles.
+#pragma once
+
+#include <cstdint>
+
+namespace tachyon::kernels {
+
+// out = x / sqrt(mean(x²) + eps) * weight. x, weight, out: f32 [size]; out may be x.
+void rms_norm(const float* x, const float* weight, int size, float eps, float* out);
+
+// out = silu(gate) * up (SwiGLU). gate, up, out: f32 [size]; out may be gate.
+void swiglu(const float* gate, const float* up, int64_t size, float* out);
+
+// x += y. x, y: f32 [size]
+void add_in_place(float* x, const float* y, int64_t size);
+
+}  // namespace tachyon::kernels

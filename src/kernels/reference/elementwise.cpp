@@ -1,0 +1,21 @@
+#include "kernels/reference/elementwise.h"
+
+#include <cmath>
+
+namespace tachyon::reference {
+
+void rms_norm(const float* x, const float* weight, int size, float eps, float* out) {
+  double sum_squares = 0.0;
+  for (int i = 0; i < size; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
+  const double inverse_rms = 1.0 / std::sqrt(sum_squares / size + eps);
+  for (int i = 0; i < size; ++i) out[i] = static_cast<float>(x[i] * inverse_rms * weight[i]);
+}
+
+void swiglu(const float* gate, const float* up, int64_t size, float* out) {
+  for (int64_t i = 0; i < size; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+}  // namespace tachyon::reference

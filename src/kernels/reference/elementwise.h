@@ -1,0 +1,11 @@
+// Scalar oracles for kernels/cpu/elementwise.h, computed in double.
+#pragma once
+
+#include <cstdint>
+
+namespace tachyon::reference {
+
+void rms_norm(const float* x, const float* weight, int size, float eps, float* out);
+void swiglu(const float* gate, const float* up, int64_t size, float* out);
+
+}  // namespace tachyon::reference

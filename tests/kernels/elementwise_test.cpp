@@ -1,0 +1,56 @@
+// The element-wise kernels (the variant this CPU runs) against their double-precision oracles.
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/reference/elementwise.h"
+
+namespace tachyon {
+namespace {
+
+TEST(ElementwiseKernelTest, RmsNormMatchesReference) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (int size : {1, 7, 64, 576, 1000, 4096}) {
+    for (float magnitude : {1e-3f, 1.0f, 300.0f}) {
+      std::vector<float> x(size), weight(size), out(size), expected(size);
+      for (float& v : x) v = normal(rng) * magnitude;
+      for (float& v : weight) v = 1.0f + 0.1f * normal(rng);
+      kernels::rms_norm(x.data(), weight.data(), size, 1e-5f, out.data());
+      reference::rms_norm(x.data(), weight.data(), size, 1e-5f, expected.data());
+      for (int i = 0; i < size; ++i) {
+        EXPECT_NEAR(out[i], expected[i], 2e-6f * std::max(1.0f, std::abs(expected[i])))
+            << "size " << size << " magnitude " << magnitude << " index " << i;
+      }
+      // In place gives the same.
+      std::vector<float> in_place = x;
+      kernels::rms_norm(in_place.data(), weight.data(), size, 1e-5f, in_place.data());
+      EXPECT_EQ(in_place, out);
+    }
+  }
+}
+
+TEST(ElementwiseKernelTest, SwigluAndAddMatchReference) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal;
+  for (int64_t size : {1, 15, 16, 17, 1536, 10001}) {
+    std::vector<float> gate(size), up(size), out(size), expected(size);
+    for (float& v : gate) v = normal(rng) * 6.0f;  // reaches silu's flat and linear ends
+    for (float& v : up) v = normal(rng);
+    kernels::swiglu(gate.data(), up.data(), size, out.data());
+    reference::swiglu(gate.data(), up.data(), size, expected.data());
+    for (int64_t i = 0; i < size; ++i) {
+      EXPECT_NEAR(out[i], expected[i], 1e-6f * std::max(1.0f, std::abs(expected[i]))) << i;
+    }
+    std::vector<float> sum = gate;
+    kernels::add_in_place(sum.data(), up.data(), size);
+    for (int64_t i = 0; i < size; ++i) EXPECT_EQ(sum[i], gate[i] + up[i]);
+  }
+}
+
+}  // namespace
+}  // namespace tachyon
