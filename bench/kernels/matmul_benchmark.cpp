@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -99,12 +100,25 @@ void register_all() {
   const Shape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
   const DType types[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                          DType::kF16,  DType::kBF16, DType::kF32,  DType::kQ4_K, DType::kQ6_K};
-  for (DType type : types) {
+  // K-quants (Q4_K_M files: Q4_K + Q6_K) on a 2048-wide model's shapes: attention 2048x2048,
+  // FFN up/gate 5632x2048 and down 2048x5632 (cols multiples of 256).
+  const Shape k_shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}};
+  const DType k_types[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  auto is_k_type = [&](DType type) {
+    for (DType k : k_types) {
+      if (k == type) return true;
+    }
+    return false;
+  };
+  std::vector<DType> all_types(std::begin(types), std::end(types));
+  all_types.push_back(DType::kQ5_K);
+  for (DType type : all_types) {
     for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512}) {
       if (!kernel_level_available(level)) continue;
-      for (const Shape& shape : shapes) {
-        // K-quants need cols % 256 == 0, which SmolLM's 576 is not (GGUF files store those
-        // tensors in a legacy type); only 576x1536 applies to them.
+      std::vector<Shape> type_shapes(std::begin(shapes), std::end(shapes));
+      if (is_k_type(type)) type_shapes.assign(std::begin(k_shapes), std::end(k_shapes));
+      for (const Shape& shape : type_shapes) {
+        // K-quants need cols % 256 == 0 (they get their own shapes above).
         if (shape.cols % dtype_info(type).block_elements != 0) continue;
         for (int64_t tokens : {1, 512}) {
           for (int threads : {1, 2}) {

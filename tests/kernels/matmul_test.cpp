@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -16,18 +17,22 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/reference/block_layouts.h"
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/dot_products.h"
+#include "kernels/reference/dot_products_k.h"
 #include "kernels/reference/matmul_reference.h"
 #include "kernels/reference/quantize_activations.h"
+#include "kernels/reference/quantize_activations_k.h"
 
 namespace tachyon::kernels {
 namespace {
 
 using reference::kQ8Block;
+using reference::kQ8KBlock;
 
 // A finite f16 with a random sign and mantissa and a biased exponent in [min_exp, max_exp].
 uint16_t random_f16(std::mt19937& rng, int min_exp, int max_exp, bool allow_negative) {
@@ -125,7 +130,9 @@ const DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_
 std::vector<int64_t> cols_for(DType type) {
   const int64_t block = dtype_info(type).block_elements;
   if (block == 1) return {1, 7, 37, 576};  // odd sizes exercise the vector tails
-  return {block, 3 * block};               // one block, several blocks
+  // Integer K-quant kernels: one super-block, two, and a real model's 2304 (9 super-blocks).
+  if (reference::has_q8_k_dot(type)) return {256, 512, 2304};
+  return {block, 3 * block};  // one block, several blocks
 }
 
 std::string case_name(DType type, KernelLevel level, int64_t rows, int64_t cols, int64_t tokens,
@@ -133,6 +140,20 @@ std::string case_name(DType type, KernelLevel level, int64_t rows, int64_t cols,
   return std::string(dtype_name(type)) + " " + std::string(kernel_level_name(level)) +
          " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
          " tokens=" + std::to_string(tokens) + " threads=" + std::to_string(threads);
+}
+
+// |dmin * m_j| of the sub-block holding column c of row r, for Q4_K/Q5_K weights.
+double k_min_offset(DType type, const std::vector<uint8_t>& w, size_t row_bytes, int64_t r,
+                    int64_t c) {
+  const size_t block_bytes = dtype_info(type).block_bytes;
+  const uint8_t* block = w.data() + r * row_bytes + (c / kQ8KBlock) * block_bytes;
+  static_assert(offsetof(reference::BlockQ4_K, scales) == offsetof(reference::BlockQ5_K, scales));
+  uint8_t scales[12];
+  std::memcpy(scales, block + offsetof(reference::BlockQ4_K, scales), sizeof(scales));
+  uint16_t dmin_bits;
+  std::memcpy(&dmin_bits, block + offsetof(reference::BlockQ4_K, dmin), sizeof(dmin_bits));
+  const int j = static_cast<int>((c % kQ8KBlock) / 32);
+  return std::fabs(f16_to_f32(dmin_bits)) * reference::q4_k_scale_min(scales, j).min;
 }
 
 // Per output: sum_c (|w_c| + |m_c|) * |x_c|, where m_c is the offset of c's block for the
@@ -151,6 +172,10 @@ std::vector<double> magnitude(DType type, const std::vector<uint8_t>& w, int64_t
         offset[c] =
             std::fabs(reference::split_block(type, w.data() + r * row_bytes, c / kQ8Block).m);
       }
+    }
+    if (type == DType::kQ4_K || type == DType::kQ5_K) {
+      // The min term dmin * m_j is summed apart from the scaled term (through bsums).
+      for (int64_t c = 0; c < cols; ++c) offset[c] = k_min_offset(type, w, row_bytes, r, c);
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
       double sum = 0.0;
@@ -308,6 +333,18 @@ TEST_P(MatmulTypeTest, ReferenceMatchesExactProduct) {
                 rounding_bound += (amax / 254.0 + amax / 2048.0) * wsum;
               }
             }
+            if (reference::has_q8_k_dot(type)) {
+              // Same argument for 256-value blocks; d = amax / 127 stays f32 (no f16 term).
+              for (int64_t b = 0; b < cols / kQ8KBlock; ++b) {
+                double amax = 0.0;
+                double wsum = 0.0;
+                for (int64_t c = b * kQ8KBlock; c < (b + 1) * kQ8KBlock; ++c) {
+                  amax = std::max(amax, double(std::fabs(x[t * cols + c])));
+                  wsum += std::fabs(wf[r * cols + c]);
+                }
+                rounding_bound += (amax / 254.0) * wsum;
+              }
+            }
             const size_t i = static_cast<size_t>(t * rows + r);
             const double tolerance = 1.001 * rounding_bound + 1e-5 * scale[i] + 1e-30;
             ASSERT_LE(std::fabs(y[i] - exact), tolerance)
@@ -338,6 +375,93 @@ TEST_P(MatmulTypeTest, DispatchRunsTheActiveLevel) {
   matmul_at_level(KernelLevel::kReference, matrix, x.data(), 5, y_ref_level.data(), pool);
   ASSERT_TRUE(reference::matmul(type, w.data(), rows, cols, x.data(), 5, y_ref.data()).ok());
   EXPECT_EQ(0, std::memcmp(y_ref.data(), y_ref_level.data(), y.size() * sizeof(float)));
+}
+
+// Batch invariance: a token's outputs are bit-identical whether it is computed alone or with
+// others (decode and panel paths, every tile shape), on 1 and 2 threads.
+TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
+  const DType type = GetParam();
+  std::mt19937 rng(77 + static_cast<int>(type));
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  const int64_t rows = 37;
+  const int64_t tokens = 9;
+  for (int64_t cols : cols_for(type)) {
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+    const std::vector<float> x = random_activations(tokens, cols, rng);
+    const WeightMatrix matrix{type, w.data(), rows, cols};
+    for (KernelLevel level : simd_levels()) {
+      for (ThreadPool* pool : {&pool1, &pool2}) {
+        SCOPED_TRACE(case_name(type, level, rows, cols, tokens, pool->num_threads()));
+        std::vector<float> batch(static_cast<size_t>(tokens * rows), NAN);
+        matmul_at_level(level, matrix, x.data(), tokens, batch.data(), *pool);
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::vector<float> alone(static_cast<size_t>(rows), NAN);
+          matmul_at_level(level, matrix, x.data() + t * cols, 1, alone.data(), *pool);
+          EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, rows * sizeof(float)))
+              << "token " << t;
+          // Two tokens take the panel path: the pair (t, t + 1) must agree too.
+          if (t + 1 < tokens) {
+            std::vector<float> pair(static_cast<size_t>(2 * rows), NAN);
+            matmul_at_level(level, matrix, x.data() + t * cols, 2, pair.data(), *pool);
+            EXPECT_EQ(0,
+                      std::memcmp(pair.data(), batch.data() + t * rows, 2 * rows * sizeof(float)))
+                << "tokens " << t << ", " << t + 1;
+          }
+        }
+      }
+    }
+  }
+}
+
+// SIMD 256-block activation quantization is bit-identical to the reference (q, d and bsums).
+TEST(MatmulTest, QuantizeActivationsKMatchesReferenceExactly) {
+  std::mt19937 rng(8);
+  for (int64_t cols : {256, 512, 2304}) {
+    const int64_t tokens = 5;
+    std::vector<float> x = random_activations(tokens, cols, rng);
+    x[3] = 1e-35f;
+    x[cols + 5] = 2.5f * (1.0f / 127);
+    const int64_t blocks = tokens * cols / kQ8KBlock;
+    const int64_t groups = tokens * cols / reference::kQ8KSumGroup;
+    std::vector<int8_t> qs_ref(tokens * cols), qs(tokens * cols);
+    std::vector<float> d_ref(blocks), d(blocks);
+    std::vector<int16_t> sums_ref(groups), sums(groups);
+    reference::quantize_activations_q8_k(x.data(), tokens, cols, qs_ref.data(), d_ref.data(),
+                                         sums_ref.data());
+    for (KernelLevel level : simd_levels()) {
+      SCOPED_TRACE(std::string(kernel_level_name(level)) + " cols=" + std::to_string(cols));
+      if (level == KernelLevel::kAvx2) {
+        avx2::quantize_activations_k(x.data(), tokens, cols, qs.data(), d.data(), sums.data());
+      } else {
+        avx512::quantize_activations_k(x.data(), tokens, cols, qs.data(), d.data(), sums.data());
+      }
+      EXPECT_EQ(qs, qs_ref);
+      EXPECT_EQ(0, std::memcmp(d.data(), d_ref.data(), d.size() * sizeof(float)));
+      EXPECT_EQ(sums, sums_ref);
+    }
+  }
+}
+
+TEST(MatmulTest, ReferenceQuantizationKKeepsF32ScaleAndSums) {
+  std::vector<float> x(256, 0.0f);
+  x[0] = 3.0f;  // amax: d = 3 / 127 in f32 (an f16 would round it)
+  x[1] = -1.5f;
+  x[17] = 1.0f;
+  x[255] = -3.0f;
+  std::vector<int8_t> qs(256);
+  float d = 0.0f;
+  std::vector<int16_t> sums(16);
+  reference::quantize_row_q8_k(x.data(), 256, qs.data(), &d, sums.data());
+  EXPECT_EQ(d, 3.0f / 127.0f);
+  EXPECT_EQ(qs[0], 127);
+  EXPECT_EQ(qs[1], -64);  // -63.5 rounds half to even
+  EXPECT_EQ(qs[17], 42);  // 42.33
+  EXPECT_EQ(qs[255], -127);
+  EXPECT_EQ(sums[0], 127 - 64);
+  EXPECT_EQ(sums[1], 42);
+  EXPECT_EQ(sums[15], -127);
+  for (int g = 2; g < 15; ++g) EXPECT_EQ(sums[g], 0) << g;
 }
 
 // Repeated calls with growing and shrinking shapes reuse the scratch buffers correctly.

@@ -12,8 +12,10 @@
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/dot_products.h"
+#include "kernels/reference/dot_products_k.h"
 #include "kernels/reference/matmul_reference.h"
 #include "kernels/reference/quantize_activations.h"
+#include "kernels/reference/quantize_activations_k.h"
 
 namespace tachyon::kernels {
 namespace {
@@ -34,6 +36,7 @@ struct ActivationScratch {
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<float> s;
+  std::vector<int16_t> bsums;  // 256-block activations only
 };
 
 template <typename T>
@@ -50,15 +53,34 @@ struct MatmulJob {
   int64_t num_tokens;
   float* y;
   reference::Q8Activations acts;
+  // K-quant weights (k_path): activations in blocks of 256 instead of `acts`.
+  bool k_path;
+  reference::Q8KActivations k_acts;
   // Quantization job (used before the matmul job).
   int8_t* qs;
   float* d;
   float* s;
+  int16_t* bsums;
 };
 
 void quantize_range(const MatmulJob& job, int64_t t_begin, int64_t t_end) {
   if (t_begin >= t_end) return;
   const int64_t cols = job.w->cols;
+  if (job.k_path) {
+    const int64_t k_blocks = cols / reference::kQ8KBlock;
+    const int64_t groups = cols / reference::kQ8KSumGroup;
+    const float* xk = job.x + t_begin * cols;
+    int8_t* qk = job.qs + t_begin * cols;
+    float* dk = job.d + t_begin * k_blocks;
+    int16_t* sums = job.bsums + t_begin * groups;
+    const int64_t count = t_end - t_begin;
+    if (job.level == KernelLevel::kAvx512) {
+      return avx512::quantize_activations_k(xk, count, cols, qk, dk, sums);
+    }
+    if (job.level == KernelLevel::kAvx2)
+      return avx2::quantize_activations_k(xk, count, cols, qk, dk, sums);
+    return reference::quantize_activations_q8_k(xk, count, cols, qk, dk, sums);
+  }
   const int64_t blocks = cols / reference::kQ8Block;
   const float* x = job.x + t_begin * cols;
   int8_t* qs = job.qs + t_begin * cols;
@@ -79,6 +101,14 @@ void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
   thread_local std::vector<float> scratch_buffer;
   float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols));
+  if (job.k_path) {
+    if (job.level == KernelLevel::kAvx512) {
+      avx512::matmul_rows_k(*job.w, job.k_acts, job.y, row_begin, row_end, scratch);
+    } else {
+      avx2::matmul_rows_k(*job.w, job.k_acts, job.y, row_begin, row_end, scratch);
+    }
+    return;
+  }
   if (job.level == KernelLevel::kAvx512) {
     avx512::matmul_rows(*job.w, job.acts, job.x, job.num_tokens, job.y, row_begin, row_end,
                         scratch);
@@ -166,9 +196,27 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, i
     return;
   }
 
-  MatmulJob job{level, &w, x, num_tokens, y, {}, nullptr, nullptr, nullptr};
+  MatmulJob job{level, &w, x, num_tokens, y, {}, false, {}, nullptr, nullptr, nullptr, nullptr};
   const MatmulJob* job_ptr = &job;
-  if (reference::has_q8_dot(w.type)) {
+  // K-quants take 256-block activations; any other width goes through the f32 fallback.
+  job.k_path = reference::has_q8_k_dot(w.type) && w.cols % reference::kQ8KBlock == 0;
+  if (job.k_path) {
+    thread_local ActivationScratch activations;
+    job.qs = grown(activations.qs, num_tokens * w.cols);
+    job.d = grown(activations.d, num_tokens * (w.cols / reference::kQ8KBlock));
+    job.bsums = grown(activations.bsums, num_tokens * (w.cols / reference::kQ8KSumGroup));
+    if (num_tokens >= 2 * kQuantizeGrainTokens && pool.num_threads() > 1) {
+      pool.run([job_ptr](int index, int threads) {
+        int64_t begin = 0;
+        int64_t end = 0;
+        split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
+        quantize_range(*job_ptr, begin, end);
+      });
+    } else {
+      quantize_range(job, 0, num_tokens);
+    }
+    job.k_acts = reference::Q8KActivations{job.qs, job.d, job.bsums, num_tokens, w.cols};
+  } else if (reference::has_q8_dot(w.type)) {
     // The caller's thread owns the quantized activations; workers only read them.
     thread_local ActivationScratch activations;
     const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/reference/quantize_activations.h"
+#include "kernels/reference/quantize_activations_k.h"
 
 namespace tachyon::kernels {
 
@@ -37,6 +38,12 @@ void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t
   void matmul_rows(const WeightMatrix& w, const reference::Q8Activations& acts, const float* x, \
                    int64_t num_tokens, float* y, int64_t row_begin, int64_t row_end,            \
                    float* scratch);                                                             \
+  /* Same math and layout as reference::quantize_activations_q8_k, bit for bit. */              \
+  void quantize_activations_k(const float* x, int64_t num_tokens, int64_t cols, int8_t* qs,     \
+                              float* d, int16_t* bsums);                                        \
+  /* As matmul_rows for Q4_K/Q5_K/Q6_K weights (cols % 256 == 0) against 256-block acts. */     \
+  void matmul_rows_k(const WeightMatrix& w, const reference::Q8KActivations& acts, float* y,    \
+                     int64_t row_begin, int64_t row_end, float* scratch);                       \
   }
 
 TACHYON_DECLARE_MATMUL_LEVEL(avx2)

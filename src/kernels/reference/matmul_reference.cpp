@@ -5,7 +5,9 @@
 
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/dot_products.h"
+#include "kernels/reference/dot_products_k.h"
 #include "kernels/reference/quantize_activations.h"
+#include "kernels/reference/quantize_activations_k.h"
 
 namespace tachyon::reference {
 
@@ -32,6 +34,21 @@ Status matmul(DType type, const uint8_t* w, int64_t rows, int64_t cols, const fl
       for (int64_t r = 0; r < rows; ++r) {
         y[t * rows + r] = dot_q8(type, w + r * row_bytes, qs.data() + t * cols,
                                  d.data() + t * blocks, s.data() + t * blocks, cols);
+      }
+    }
+    return Status::ok_status();
+  }
+  if (has_q8_k_dot(type) && cols % kQ8KBlock == 0) {
+    const int64_t blocks = cols / kQ8KBlock;
+    const int64_t groups = cols / kQ8KSumGroup;
+    std::vector<int8_t> qs(static_cast<size_t>(num_tokens * cols));
+    std::vector<float> d(static_cast<size_t>(num_tokens * blocks));
+    std::vector<int16_t> bsums(static_cast<size_t>(num_tokens * groups));
+    quantize_activations_q8_k(x, num_tokens, cols, qs.data(), d.data(), bsums.data());
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        y[t * rows + r] = dot_q8_k(type, w + r * row_bytes, qs.data() + t * cols,
+                                   d.data() + t * blocks, bsums.data() + t * groups, cols);
       }
     }
     return Status::ok_status();

@@ -1,5 +1,6 @@
 // Scalar matmul with the same contract and math as kernels::matmul (kernels/cpu/matmul.h):
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights take Q8-quantized activations and dot_q8; F32/F16/BF16
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights take Q8-quantized activations and dot_q8; Q4_K/Q5_K/Q6_K
+// take 256-block activations (quantize_activations_k.h) and dot_q8_k; F32/F16/BF16
 // weights use dot_float; every other dequantizable type is dequantized row by row to f32 and
 // dotted with dot_f32 against the unquantized activations.
 #pragma once
