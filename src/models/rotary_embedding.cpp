@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/rope.h"
+
 namespace tachyon {
 
 RotaryEmbedding::RotaryEmbedding(const RopeConfig& config,
@@ -91,18 +93,8 @@ void RotaryEmbedding::compute_angles(std::span<const int> positions, std::vector
 
 void RotaryEmbedding::rotate(float* heads, int num_heads, const float* cos_row,
                              const float* sin_row) const {
-  const int pairs = dimensions_ / 2;
-  for (int h = 0; h < num_heads; ++h) {
-    float* x = heads + static_cast<size_t>(h) * dimensions_;
-    for (int j = 0; j < pairs; ++j) {
-      const int a = layout_ == RopeLayout::kAdjacentPairs ? 2 * j : j;
-      const int b = layout_ == RopeLayout::kAdjacentPairs ? 2 * j + 1 : j + pairs;
-      const float x0 = x[a];
-      const float x1 = x[b];
-      x[a] = x0 * cos_row[j] - x1 * sin_row[j];
-      x[b] = x1 * cos_row[j] + x0 * sin_row[j];
-    }
-  }
+  kernels::rope_rotate(heads, num_heads, dimensions_, cos_row, sin_row,
+                       layout_ == RopeLayout::kAdjacentPairs);
 }
 
 }  // namespace tachyon
