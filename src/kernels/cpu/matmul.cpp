@@ -97,6 +97,7 @@ void quantize_range(const MatmulJob& job, int64_t t_begin, int64_t t_end) {
   }
 }
 
+
 void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
   thread_local std::vector<float> scratch_buffer;
@@ -122,6 +123,21 @@ void split(int64_t count, int64_t grain, int index, int threads, int64_t* begin,
   const int64_t grains = (count + grain - 1) / grain;
   *begin = std::min(count, grains * index / threads * grain);
   *end = std::min(count, grains * (index + 1) / threads * grain);
+}
+
+// Quantizes every token's activations into the job's buffers, on all threads when there are
+// enough tokens to share.
+void quantize_all(const MatmulJob& job, ThreadPool& pool) {
+  if (job.num_tokens < 2 * kQuantizeGrainTokens || pool.num_threads() == 1) {
+    return quantize_range(job, 0, job.num_tokens);
+  }
+  const MatmulJob* job_ptr = &job;
+  pool.run([job_ptr](int index, int threads) {
+    int64_t begin = 0;
+    int64_t end = 0;
+    split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
+    quantize_range(*job_ptr, begin, end);
+  });
 }
 
 }  // namespace
@@ -200,39 +216,20 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, i
   const MatmulJob* job_ptr = &job;
   // K-quants take 256-block activations; any other width goes through the f32 fallback.
   job.k_path = reference::has_q8_k_dot(w.type) && w.cols % reference::kQ8KBlock == 0;
+  // The caller's thread owns the quantized activations; workers only read them.
+  thread_local ActivationScratch activations;
   if (job.k_path) {
-    thread_local ActivationScratch activations;
     job.qs = grown(activations.qs, num_tokens * w.cols);
     job.d = grown(activations.d, num_tokens * (w.cols / reference::kQ8KBlock));
     job.bsums = grown(activations.bsums, num_tokens * (w.cols / reference::kQ8KSumGroup));
-    if (num_tokens >= 2 * kQuantizeGrainTokens && pool.num_threads() > 1) {
-      pool.run([job_ptr](int index, int threads) {
-        int64_t begin = 0;
-        int64_t end = 0;
-        split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
-        quantize_range(*job_ptr, begin, end);
-      });
-    } else {
-      quantize_range(job, 0, num_tokens);
-    }
+    quantize_all(job, pool);
     job.k_acts = reference::Q8KActivations{job.qs, job.d, job.bsums, num_tokens, w.cols};
   } else if (reference::has_q8_dot(w.type)) {
-    // The caller's thread owns the quantized activations; workers only read them.
-    thread_local ActivationScratch activations;
     const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);
     job.qs = grown(activations.qs, num_tokens * w.cols);
     job.d = grown(activations.d, blocks);
     job.s = grown(activations.s, blocks);
-    if (num_tokens >= 2 * kQuantizeGrainTokens && pool.num_threads() > 1) {
-      pool.run([job_ptr](int index, int threads) {
-        int64_t begin = 0;
-        int64_t end = 0;
-        split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
-        quantize_range(*job_ptr, begin, end);
-      });
-    } else {
-      quantize_range(job, 0, num_tokens);
-    }
+    quantize_all(job, pool);
     job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
   }
   pool.run([job_ptr](int index, int threads) {
