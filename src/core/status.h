@@ -16,6 +16,9 @@ enum class StatusCode {
   kUnsupported,      // valid input that tachyon does not handle (yet)
   kOutOfRange,       // a count or size past a limit
   kInternal,         // a broken invariant that was caught
+  kUnavailable,      // busy or not ready yet: retrying later can succeed
+  kDeadlineExceeded, // a time limit ran out
+  kCancelled,        // the caller withdrew the work
 };
 
 const char* status_code_name(StatusCode code);
@@ -53,6 +56,15 @@ inline Status unsupported(std::string message) {
 }
 inline Status out_of_range(std::string message) {
   return Status(StatusCode::kOutOfRange, std::move(message));
+}
+inline Status unavailable(std::string message) {
+  return Status(StatusCode::kUnavailable, std::move(message));
+}
+inline Status deadline_exceeded(std::string message) {
+  return Status(StatusCode::kDeadlineExceeded, std::move(message));
+}
+inline Status cancelled(std::string message) {
+  return Status(StatusCode::kCancelled, std::move(message));
 }
 
 // Either a value or a non-ok Status.

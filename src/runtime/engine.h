@@ -1,0 +1,79 @@
+// The serving engine's thread-safe front. One engine thread runs EngineCore's loop (scheduler,
+// KV cache manager, model runner); any thread may submit and cancel requests and read their
+// outputs from the RequestStream it gets back.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/histogram.h"
+#include "core/thread_pool.h"
+#include "models/decoder_model.h"
+#include "runtime/engine_options.h"
+#include "runtime/engine_request.h"
+#include "runtime/request_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tachyon {
+
+class EngineCore;
+
+// Counters and gauges for /metrics, read at any time from any thread.
+struct EngineMetrics {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;          // held by running requests
+  int64_t kv_blocks_cached = 0;        // free but holding reusable prefix blocks
+  uint64_t prompt_tokens_total = 0;    // prompt tokens of admitted requests
+  uint64_t prefix_cache_queried_tokens_total = 0;  // prompt tokens looked up
+  uint64_t prefix_cache_hit_tokens_total = 0;      // of those, found in the cache
+  uint64_t generation_tokens_total = 0;
+  uint64_t steps_total = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t requests_finished_total = 0;
+  Histogram::Snapshot tokens_per_step;
+};
+
+class Engine {
+ public:
+  // The model, tokenizer and pool must outlive the engine; the engine thread is the only user
+  // of the model and the pool from now on. Allocates the KV block pool (fails when the
+  // requested memory cannot hold one full-context sequence... or is not available).
+  static Result<std::unique_ptr<Engine>> create(DecoderModel& model, const Tokenizer& tokenizer,
+                                                ThreadPool& pool, EngineOptions options);
+  ~Engine();  // stops the engine thread; unfinished requests end with kCancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Errors (returned at once, nothing queued): empty prompt or token ids
+  // outside the vocabulary (kInvalidArgument); prompt + 1 token longer than max_context()
+  // (kOutOfRange, message names both numbers); bad sampling values (kInvalidArgument); the
+  // waiting queue is full or the engine is shutting down (kUnavailable). `notify` is called
+  // on the engine thread whenever the stream gets a new event.
+  Result<std::shared_ptr<RequestStream>> submit(EngineRequest request,
+                                                std::function<void()> notify = {});
+
+  // Stops a request: it ends with a finishing event carrying kCancelled, and its KV blocks
+  // are freed within one engine step. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+
+  // Longest prompt + generated sequence a request may have.
+  int max_context() const;
+  EngineMetrics metrics() const;
+  const EngineOptions& options() const;
+
+ private:
+  Engine() = default;
+  void run_loop();
+
+  std::unique_ptr<EngineCore> core_;
+  std::thread thread_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,29 @@
+// Knobs of the serving engine, with defaults sized for a small CPU machine.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tachyon {
+
+struct EngineOptions {
+  // Most tokens (decodes + prompt chunks) in one engine step. Bounds the latency a long prompt
+  // adds to running streams.
+  int max_batch_tokens = 256;
+  // Most sequences running at once.
+  int max_running_requests = 64;
+  // Requests waiting beyond this are refused (kUnavailable: retry later).
+  int max_waiting_requests = 1024;
+  // Tokens per KV block.
+  int block_size = 16;
+  // KV memory: bytes for the block pool. 0 ⇒ kv_cache_fraction of the free RAM.
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_fraction = 0.25;
+  DType kv_cache_type = DType::kF16;
+  // Longest sequence (prompt + generated); 0 ⇒ the model's context length.
+  int max_context = 0;
+  bool enable_prefix_cache = true;
+};
+
+}  // namespace tachyon

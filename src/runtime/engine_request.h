@@ -1,0 +1,58 @@
+// What a client asks of the engine and what the engine sends back, as native values: the
+// server turns JSON into an EngineRequest and EngineOutputs into JSON / SSE.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+#include "sampling/stop_condition.h"
+
+namespace tachyon {
+
+// Lower value = served first. FCFS within a priority.
+enum class Priority : int { kHigh = 0, kNormal = 1, kLow = 2 };
+
+using RequestId = uint64_t;
+
+struct EngineRequest {
+  std::vector<TokenId> prompt;  // at least one token; prompt + 1 must fit the context
+  // max_tokens unset ⇒ until the context is full. Stop strings and end-of-generation tokens
+  // are handled by the engine.
+  SamplingParams sampling;
+  Priority priority = Priority::kNormal;
+  // Prefix-cache blocks are shared only between requests with the same salt.
+  std::string cache_salt;
+  // The request fails with kDeadlineExceeded when still running at this time.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Decode special tokens (e.g. <|im_end|>) as text? OpenAI servers skip them.
+  bool skip_special_tokens = true;
+};
+
+// One event of a request's stream. A request produces zero or more events with new tokens,
+// then exactly one with `finished` set (which may carry tokens too).
+struct EngineOutput {
+  std::vector<TokenId> tokens;           // newly generated ids
+  std::string text;                      // text that became final with them (may be empty)
+  std::vector<SampleLogprobs> logprobs;  // one per token when sampling.logprobs
+
+  bool finished = false;
+  // When finished: kStop (end-of-generation token or stop string) or kLength (max_tokens or
+  // a full context); kNone when the request failed or was cancelled (see `status`).
+  FinishReason finish_reason = FinishReason::kNone;
+  // Not ok when the request failed (deadline, can never fit in KV memory, internal error) or
+  // was cancelled (kCancelled).
+  Status status;
+
+  // Counts so far (complete in the finishing event).
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int completion_tokens = 0;
+};
+
+}  // namespace tachyon
