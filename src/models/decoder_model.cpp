@@ -67,6 +67,56 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     }
   }
 
+  std::vector<int>& positions = workspace_.positions;
+  positions.resize(num_tokens);
+  for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t;
+  const AttentionShape shape = attention_shape();
+  run_layers(tokens, [&](int layer) {
+    Workspace& w = workspace_;
+    // This batch's keys and values join the cache, then every query attends over it.
+    cache.store(layer, start_position, num_tokens, w.key.data(), w.value.data());
+    causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer,
+                     w.attention.data(), pool);
+  }, pool);
+  std::vector<int> rows(num_logits);
+  for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
+  project_logits(rows, logits, pool);
+  return Status();
+}
+
+Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cache,
+                                   ThreadPool& pool, std::vector<float>& logits) {
+  const int num_tokens = batch.num_tokens();
+  if (num_tokens == 0) return invalid_argument("forward needs at least one token");
+  if (static_cast<int>(batch.positions.size()) != num_tokens ||
+      static_cast<int>(batch.slots.size()) != num_tokens || batch.block_size != cache.block_size()) {
+    return invalid_argument("inconsistent forward batch");
+  }
+  for (int32_t token : batch.tokens) {
+    if (token < 0 || token >= config_.vocab_size) {
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary (0..{})", token,
+                                          config_.vocab_size - 1));
+    }
+  }
+  workspace_.positions = batch.positions;
+  const AttentionShape shape = attention_shape();
+  run_layers(batch.tokens, [&](int layer) {
+    Workspace& w = workspace_;
+    cache.store(layer, batch.slots, w.key.data(), w.value.data());
+    paged_attention(shape, w.query.data(), batch, cache, layer, w.attention.data(), pool);
+  }, pool);
+  project_logits(batch.logits_tokens, logits, pool);
+  return Status();
+}
+
+AttentionShape DecoderModel::attention_shape() const {
+  return AttentionShape{config_.num_heads, config_.num_kv_heads, config_.head_size,
+                        1.0f / std::sqrt(static_cast<float>(config_.head_size))};
+}
+
+void DecoderModel::run_layers(std::span<const TokenIndex> tokens,
+                              FunctionRef<void(int layer)> store_and_attend, ThreadPool& pool) {
+  const int num_tokens = static_cast<int>(tokens.size());
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
   w.residual.resize(num_tokens * hidden);
@@ -78,31 +128,33 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   w.projected.resize(num_tokens * hidden);
   w.gate.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
   w.up.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
-  w.positions.resize(num_tokens);
-  for (int t = 0; t < num_tokens; ++t) w.positions[t] = start_position + t;
   rope_.compute_angles(w.positions, w.rope_cos, w.rope_sin);
 
   embed(tokens, w.residual.data());
   for (int i = 0; i < config_.num_layers; ++i) {
-    attention_block(weights_.layers[i], i, num_tokens, start_position, cache, pool);
+    attention_block(weights_.layers[i], i, num_tokens, store_and_attend, pool);
     feed_forward_block(weights_.layers[i], num_tokens, pool);
   }
+}
 
+void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>& logits,
+                                  ThreadPool& pool) {
   // Final norm and the output projection, only for the tokens whose logits are wanted.
-  const int first = num_tokens - num_logits;
-  const int count = num_logits;
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
+  const int count = static_cast<int>(rows.size());
   logits.resize(static_cast<size_t>(count) * config_.vocab_size);
-  if (count == 0) return Status();
-  for (int t = first; t < num_tokens; ++t) {
-    rms_norm(w.residual.data() + t * hidden, weights_.output_norm, static_cast<int>(hidden),
-             config_.rms_norm_epsilon, w.normed.data() + (t - first) * hidden);
+  if (count == 0) return;
+  for (int i = 0; i < count; ++i) {
+    rms_norm(w.residual.data() + rows[i] * hidden, weights_.output_norm, static_cast<int>(hidden),
+             config_.rms_norm_epsilon, w.normed.data() + i * hidden);
   }
   kernels::matmul(weights_.output, w.normed.data(), count, logits.data(), pool);
-  return Status();
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
-                                   int start_position, KvCache& cache, ThreadPool& pool) {
+                                   FunctionRef<void(int layer)> store_and_attend,
+                                   ThreadPool& pool) {
   Workspace& w = workspace_;
   const int hidden = config_.hidden_size;
   const int head_size = config_.head_size;
@@ -134,12 +186,7 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
                  cos_row, sin_row);
   }
 
-  // This batch's keys and values join the cache, then every query attends over it.
-  cache.store(layer_index, start_position, num_tokens, w.key.data(), w.value.data());
-  const AttentionShape shape{config_.num_heads, config_.num_kv_heads, head_size,
-                             1.0f / std::sqrt(static_cast<float>(head_size))};
-  causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer_index,
-                   w.attention.data(), pool);
+  store_and_attend(layer_index);
 
   kernels::matmul(layer.attention_output, w.attention.data(), num_tokens, w.projected.data(), pool);
   add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);

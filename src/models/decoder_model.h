@@ -7,9 +7,13 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "core/function_ref.h"
 #include "kv_cache/kv_cache.h"
+#include "kv_cache/paged_kv_cache.h"
 #include "model_files/gguf_file.h"
 #include "models/decoder_weights.h"
+#include "models/forward_batch.h"
+#include "models/layers.h"
 #include "models/model_config.h"
 #include "models/rotary_embedding.h"
 
@@ -37,6 +41,13 @@ class DecoderModel {
   Status forward(std::span<const TokenIndex> tokens, int start_position, KvCache& cache,
                  ThreadPool& pool, int num_logits, std::vector<float>& logits);
 
+  // Runs one engine step over many sequences whose keys and values live in the paged `cache`:
+  // writes each new token's keys and values to its slot, attends over each sequence's blocks,
+  // and returns the logits of batch.logits_tokens: f32 [logits_tokens.size(), vocab]. Token
+  // ids are checked; the block tables and slots are the caller's responsibility.
+  Status forward_batch(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
+                       std::vector<float>& logits);
+
  private:
   DecoderModel(ModelConfig config, DecoderWeights weights);
 
@@ -57,8 +68,14 @@ class DecoderModel {
   };
 
   void embed(std::span<const TokenIndex> tokens, float* out) const;
+  AttentionShape attention_shape() const;
+  // Embeds `tokens` (at workspace_.positions) and runs every layer; `store_and_attend(layer)`
+  // stores the layer's new keys/values and fills workspace_.attention from workspace_.query.
+  void run_layers(std::span<const TokenIndex> tokens, FunctionRef<void(int layer)> store_and_attend,
+                  ThreadPool& pool);
+  void project_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
   void attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
-                       int start_position, KvCache& cache, ThreadPool& pool);
+                       FunctionRef<void(int layer)> store_and_attend, ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
 
   ModelConfig config_;

@@ -56,3 +56,82 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
 }
 
 }  // namespace tachyon
+
+namespace tachyon {
+
+void paged_attention(const AttentionShape& shape, const float* queries, const ForwardBatch& batch,
+                     const PagedKvCache& cache, int layer, float* out, ThreadPool& pool) {
+  const int head_size = shape.head_size;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int block_size = batch.block_size;
+  const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
+  // Work items: a KV head of a run of up to 16 consecutive new tokens of one sequence; the
+  // run's blocks are widened to f32 once and shared by its tokens.
+  constexpr int kTokensPerRun = 16;
+  struct Run {
+    int sequence;
+    int first_token;  // index in the batch
+    int num_tokens;
+  };
+  // Reused between calls. Workers reach it through this reference: naming a thread_local
+  // inside the job would give each worker its own, empty copy.
+  thread_local std::vector<Run> runs_storage;
+  std::vector<Run>& runs = runs_storage;
+  runs.clear();
+  for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
+    const BatchSequence& sequence = batch.sequences[s];
+    for (int t = 0; t < sequence.num_tokens; t += kTokensPerRun) {
+      runs.push_back({s, sequence.first_token + t, std::min(kTokensPerRun, sequence.num_tokens - t)});
+    }
+  }
+  const int64_t work = static_cast<int64_t>(runs.size()) * shape.num_kv_heads;
+  pool.run([&](int thread_index, int num_threads) {
+    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, block_size]
+    thread_local std::vector<float> values;             // f32 [block_size, head_size]
+    thread_local std::vector<float> scores;             // f32 [group, block_size]
+    thread_local std::vector<float> running_max, running_sum;  // f32 [run tokens, group]
+    thread_local std::vector<float> accumulator;        // f32 [run tokens, group, head_size]
+    keys_by_dimension.resize(static_cast<size_t>(head_size) * block_size);
+    values.resize(static_cast<size_t>(block_size) * head_size);
+    scores.resize(static_cast<size_t>(group) * block_size);
+    running_max.resize(kTokensPerRun * group);
+    running_sum.resize(kTokensPerRun * group);
+    accumulator.resize(static_cast<size_t>(kTokensPerRun) * group * head_size);
+    for (int64_t item = thread_index; item < work; item += num_threads) {
+      const Run& run = runs[item / shape.num_kv_heads];
+      const int kv_head = static_cast<int>(item % shape.num_kv_heads);
+      const BatchSequence& sequence = batch.sequences[run.sequence];
+      std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
+      std::fill(running_sum.begin(), running_sum.end(), 0.0f);
+      std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
+      // Positions seen by the run's last token (each token sees itself and everything before).
+      const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
+      for (int block = 0; block * block_size < run_end; ++block) {
+        const int block_start = block * block_size;
+        const int count = std::min(block_size, run_end - block_start);
+        cache.load_head(layer, kv_head, head_size,
+                        static_cast<int64_t>(sequence.block_table[block]) * block_size, count,
+                        keys_by_dimension.data(), block_size, values.data());
+        for (int i = 0; i < run.num_tokens; ++i) {
+          const int token = run.first_token + i;
+          const int visible = std::min(block_size, batch.positions[token] + 1 - block_start);
+          if (visible <= 0) continue;
+          kernels::attention_block_update(
+              queries + token * q_stride + head_offset, group, head_size, shape.scale, visible,
+              keys_by_dimension.data(), block_size, values.data(), scores.data(),
+              running_max.data() + i * group, running_sum.data() + i * group,
+              accumulator.data() + static_cast<size_t>(i) * group * head_size);
+        }
+      }
+      for (int i = 0; i < run.num_tokens; ++i) {
+        const int token = run.first_token + i;
+        kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
+                                  running_sum.data() + i * group, group, head_size,
+                                  out + token * q_stride + head_offset);
+      }
+    }
+  });
+}
+
+}  // namespace tachyon

@@ -7,6 +7,8 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kv_cache/kv_cache.h"
+#include "kv_cache/paged_kv_cache.h"
+#include "models/forward_batch.h"
 
 namespace tachyon {
 
@@ -31,5 +33,13 @@ struct AttentionShape {
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
                       int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool);
+
+// The same for a batch of sequences whose keys and values live in a paged cache: each
+// sequence's new tokens attend over its own blocks with an online softmax, one block at a time
+// (no padding between sequences, no tokens × context matrix). `layer` of `cache` already holds
+// this batch's keys and values. A token's result depends only on its own sequence.
+// queries, out: f32 [batch.num_tokens(), num_heads * head_size]
+void paged_attention(const AttentionShape& shape, const float* queries, const ForwardBatch& batch,
+                     const PagedKvCache& cache, int layer, float* out, ThreadPool& pool);
 
 }  // namespace tachyon

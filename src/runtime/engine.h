@@ -44,7 +44,9 @@ class Engine {
  public:
   // The model, tokenizer and pool must outlive the engine; the engine thread is the only user
   // of the model and the pool from now on. Allocates the KV block pool (fails when the
-  // requested memory cannot hold one full-context sequence... or is not available).
+  // requested memory holds no block or cannot be reserved). max_context() is the smaller of
+  // the model's context (or options.max_context) and what the whole pool holds, so a request
+  // alone always fits.
   static Result<std::unique_ptr<Engine>> create(DecoderModel& model, const Tokenizer& tokenizer,
                                                 ThreadPool& pool, EngineOptions options);
   ~Engine();  // stops the engine thread; unfinished requests end with kCancelled
@@ -70,7 +72,6 @@ class Engine {
 
  private:
   Engine() = default;
-  void run_loop();
 
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;

@@ -12,13 +12,9 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "sampling/stop_condition.h"
+#include "scheduler/request.h"  // Priority, RequestId
 
 namespace tachyon {
-
-// Lower value = served first. FCFS within a priority.
-enum class Priority : int { kHigh = 0, kNormal = 1, kLow = 2 };
-
-using RequestId = uint64_t;
 
 struct EngineRequest {
   std::vector<TokenId> prompt;  // at least one token; prompt + 1 must fit the context

@@ -1,0 +1,88 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/engine_core.h"
+
+namespace tachyon {
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokenizer& tokenizer,
+                                               ThreadPool& pool, EngineOptions options) {
+  const ModelConfig& config = model.config();
+  if (options.block_size <= 0 || options.block_size > 256) {
+    return invalid_argument(fmt::format("block size {} is not in 1..256", options.block_size));
+  }
+  if (options.max_batch_tokens <= 0 || options.max_running_requests <= 0 ||
+      options.max_waiting_requests < 0) {
+    return invalid_argument("the batch token budget and running-request limit must be positive");
+  }
+  int64_t kv_bytes = options.kv_cache_bytes;
+  if (kv_bytes <= 0) {
+    if (options.kv_cache_fraction <= 0 || options.kv_cache_fraction > 1) {
+      return invalid_argument(
+          fmt::format("KV cache fraction {} is not in (0, 1]", options.kv_cache_fraction));
+    }
+    kv_bytes = static_cast<int64_t>(static_cast<double>(available_memory_bytes()) *
+                                    options.kv_cache_fraction);
+  }
+  const size_t block_bytes = PagedKvCache::block_bytes(config.num_layers, config.kv_size(),
+                                                       options.block_size, options.kv_cache_type);
+  const int64_t num_blocks = std::min<int64_t>(kv_bytes / static_cast<int64_t>(block_bytes),
+                                               1 << 24);
+  if (num_blocks < 1) {
+    return out_of_range(fmt::format(
+        "KV cache memory of {} bytes holds no block ({} bytes for {} tokens)", kv_bytes,
+        block_bytes, options.block_size));
+  }
+  TACHYON_ASSIGN_OR_RETURN(
+      std::unique_ptr<PagedKvCache> cache,
+      PagedKvCache::create(config.num_layers, config.kv_size(), static_cast<int>(num_blocks),
+                           options.block_size, options.kv_cache_type));
+  // A request alone must always fit, so that preemption can always make room.
+  int max_context = options.max_context > 0 ? std::min(options.max_context, config.context_length)
+                                            : config.context_length;
+  max_context = static_cast<int>(std::min<int64_t>(max_context, num_blocks * options.block_size));
+  if (max_context < 2) return out_of_range("the KV cache holds fewer than 2 tokens");
+
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->core_ = std::make_unique<EngineCore>(model, tokenizer, pool, options, std::move(cache),
+                                               max_context);
+  engine->thread_ = std::thread([core = engine->core_.get()] { core->run(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  if (core_) core_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest request,
+                                                      std::function<void()> notify) {
+  return core_->submit(std::move(request), std::move(notify));
+}
+
+void Engine::cancel(RequestId id) { core_->cancel(id); }
+int Engine::max_context() const { return core_->max_context(); }
+EngineMetrics Engine::metrics() const { return core_->metrics(); }
+const EngineOptions& Engine::options() const { return core_->options(); }
+
+}  // namespace tachyon

@@ -1,0 +1,254 @@
+#include "runtime/engine_core.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/generator.h"
+
+namespace tachyon {
+
+EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
+                       EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context)
+    : model_(model),
+      tokenizer_(tokenizer),
+      pool_(pool),
+      options_(options),
+      max_context_(max_context),
+      end_of_generation_(Generator::end_of_generation_tokens(tokenizer.vocabulary())),
+      cache_(std::move(cache)),
+      block_pool_(cache_->num_blocks(), options.enable_prefix_cache),
+      scheduler_(SchedulerConfig{options.max_batch_tokens, options.max_running_requests,
+                                 options.block_size},
+                 block_pool_),
+      runner_(model, *cache_, pool),
+      tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
+  metrics_.kv_blocks_total = cache_->num_blocks();
+  metrics_.tokens_per_step = tokens_per_step_.snapshot();
+}
+
+Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
+                                                           std::function<void()> notify) {
+  const int num_prompt = static_cast<int>(request.prompt.size());
+  if (num_prompt == 0) return invalid_argument("the prompt is empty");
+  for (TokenId token : request.prompt) {
+    if (!tokenizer_.is_valid(token)) {
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary (0..{})", token,
+                                          tokenizer_.vocabulary_size() - 1));
+    }
+  }
+  if (num_prompt + 1 > max_context_) {
+    return out_of_range(fmt::format(
+        "the prompt has {} tokens, but the context holds {} (prompt and at least one new token)",
+        num_prompt, max_context_));
+  }
+  TACHYON_ASSIGN_OR_RETURN(Sampler sampler,
+                           Sampler::create(request.sampling, tokenizer_.vocabulary_size()));
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  if (stopping_) return unavailable("the engine is shutting down");
+  int num_waiting;
+  {
+    std::lock_guard<std::mutex> metrics_lock(metrics_mutex_);
+    num_waiting = metrics_.num_waiting;
+  }
+  if (num_waiting + static_cast<int>(submissions_.size()) >= options_.max_waiting_requests) {
+    return unavailable(fmt::format("{} requests are already waiting", options_.max_waiting_requests));
+  }
+  const RequestId id = next_id_++;
+  auto stream = std::make_shared<RequestStream>(id, std::move(notify));
+  submissions_.push_back({id, std::move(request), std::move(sampler), stream});
+  inbox_ready_.notify_one();
+  return stream;
+}
+
+void EngineCore::cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  cancellations_.push_back(id);
+  inbox_ready_.notify_one();
+}
+
+void EngineCore::stop() {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  stopping_ = true;
+  inbox_ready_.notify_one();
+}
+
+EngineMetrics EngineCore::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  return metrics_;
+}
+
+bool EngineCore::take_inbox() {
+  std::vector<Submission> submissions;
+  std::vector<RequestId> cancellations;
+  {
+    std::unique_lock<std::mutex> lock(inbox_mutex_);
+    // Sleep only when there is nothing to do at all.
+    inbox_ready_.wait(lock, [&] {
+      return stopping_ || !submissions_.empty() || !cancellations_.empty() ||
+             scheduler_.has_work();
+    });
+    if (stopping_) return false;
+    submissions.swap(submissions_);
+    cancellations.swap(cancellations_);
+  }
+  for (Submission& submission : submissions) {
+    auto request = std::make_unique<Request>();
+    request->id = submission.id;
+    request->priority = submission.request.priority;
+    request->arrival = next_arrival_++;
+    request->tokens = submission.request.prompt;
+    request->num_prompt_tokens = static_cast<int>(request->tokens.size());
+    request->hash_root = BlockHash::root(submission.request.cache_salt);
+    StopCondition stop(submission.request.sampling, end_of_generation_);
+    const bool skip_special = submission.request.skip_special_tokens;
+    active_.emplace(submission.id,
+                    std::make_unique<Active>(Active{std::move(submission.request),
+                                                    std::move(submission.sampler), std::move(stop),
+                                                    StreamingDetokenizer(tokenizer_, skip_special),
+                                                    std::move(submission.stream)}));
+    scheduler_.add(std::move(request));
+  }
+  for (RequestId id : cancellations) {
+    if (active_.count(id)) {
+      EngineOutput output;
+      output.status = cancelled("the request was cancelled");
+      finish(id, std::move(output));
+    }
+  }
+  return true;
+}
+
+void EngineCore::fail_expired() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<RequestId> expired;
+  for (const auto& [id, active] : active_) {
+    if (active->request.deadline && now >= *active->request.deadline) expired.push_back(id);
+  }
+  for (RequestId id : expired) {
+    EngineOutput output;
+    output.status = deadline_exceeded("the request ran past its time limit");
+    finish(id, std::move(output));
+  }
+}
+
+EngineOutput EngineCore::counts_for(const Request& request, const Active& active) const {
+  EngineOutput output;
+  output.prompt_tokens = request.num_prompt_tokens;
+  output.cached_prompt_tokens = request.num_cached_prompt_tokens;
+  output.completion_tokens = active.num_completion_tokens;
+  return output;
+}
+
+void EngineCore::finish(RequestId id, EngineOutput output) {
+  auto found = active_.find(id);
+  if (found == active_.end()) return;
+  Active& active = *found->second;
+  if (const Request* request = scheduler_.find(id)) {
+    EngineOutput counts = counts_for(*request, active);
+    output.prompt_tokens = counts.prompt_tokens;
+    output.cached_prompt_tokens = counts.cached_prompt_tokens;
+    output.completion_tokens = counts.completion_tokens;
+  }
+  if (!output.status.ok()) output.text += active.stop.flush();
+  output.finished = true;
+  active.stream->push(std::move(output));
+  scheduler_.remove(id);
+  active_.erase(found);
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  ++metrics_.requests_finished_total;
+}
+
+void EngineCore::sample_and_emit(Request& request, Active& active, std::span<float> logits) {
+  const TokenId token = active.sampler.sample(logits, request.tokens, request.num_prompt_tokens);
+  request.tokens.push_back(token);
+  ++active.num_completion_tokens;
+  EngineOutput output = counts_for(request, active);
+  output.tokens.push_back(token);
+  if (active.request.sampling.logprobs) output.logprobs.push_back(active.sampler.last_logprobs());
+  Result<std::string> piece = active.detokenizer.push(token);
+  StopUpdate update = active.stop.push(token, piece.ok() ? *piece : std::string());
+  output.text = std::move(update.text);
+  if (update.finished()) {
+    output.finish_reason = update.finish_reason;
+    // Out of tokens in the middle of a character: its bytes become U+FFFD, as in a full decode.
+    if (update.finish_reason == FinishReason::kLength) output.text += active.detokenizer.finish();
+    finish(request.id, std::move(output));
+  } else if (request.num_tokens() >= max_context_) {
+    // No room to compute another token.
+    output.text += active.detokenizer.finish();
+    output.text += active.stop.flush();
+    output.finish_reason = FinishReason::kLength;
+    finish(request.id, std::move(output));
+  } else {
+    active.stream->push(std::move(output));
+  }
+}
+
+void EngineCore::step() {
+  fail_expired();
+  SchedulerOutput output = scheduler_.schedule();
+  if (output.empty()) return;
+  Status status = runner_.execute(output);
+  if (!status.ok()) {
+    // Not expected (inputs were validated); fail the step's requests rather than the process.
+    for (const ScheduledRequest& item : output.scheduled) {
+      EngineOutput failed;
+      failed.status = Status(StatusCode::kInternal, status.message());
+      finish(item.request->id, std::move(failed));
+    }
+    return;
+  }
+  scheduler_.on_step_done(output);
+  int logits_row = 0;
+  for (const ScheduledRequest& item : output.scheduled) {
+    if (!item.samples_next_token) continue;
+    Request& request = *item.request;
+    sample_and_emit(request, *active_.at(request.id), runner_.logits_for(logits_row++));
+  }
+  publish_metrics(output.num_tokens);
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  metrics_.generation_tokens_total += logits_row;
+}
+
+void EngineCore::publish_metrics(int step_tokens) {
+  if (step_tokens > 0) tokens_per_step_.observe(step_tokens);
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  metrics_.num_running = scheduler_.num_running();
+  metrics_.num_waiting = scheduler_.num_waiting();
+  metrics_.kv_blocks_used = block_pool_.num_held();
+  metrics_.kv_blocks_cached = block_pool_.num_cached();
+  metrics_.prefix_cache_queried_tokens_total = scheduler_.counters().prefix_queried_tokens;
+  metrics_.prefix_cache_hit_tokens_total = scheduler_.counters().prefix_hit_tokens;
+  metrics_.prompt_tokens_total = scheduler_.counters().prefix_queried_tokens;
+  metrics_.preemptions_total = scheduler_.counters().preemptions;
+  if (step_tokens > 0) ++metrics_.steps_total;
+  metrics_.tokens_per_step = tokens_per_step_.snapshot();
+}
+
+void EngineCore::run() {
+  while (take_inbox()) {
+    step();
+    publish_metrics(0);
+  }
+  std::vector<RequestId> unfinished;
+  for (const auto& [id, active] : active_) unfinished.push_back(id);
+  for (RequestId id : unfinished) {
+    EngineOutput output;
+    output.status = cancelled("the engine stopped");
+    finish(id, std::move(output));
+  }
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    for (Submission& submission : submissions_) {
+      EngineOutput output;
+      output.finished = true;
+      output.status = cancelled("the engine stopped");
+      submission.stream->push(std::move(output));
+    }
+    submissions_.clear();
+  }
+  publish_metrics(0);
+}
+
+}  // namespace tachyon

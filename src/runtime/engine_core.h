@@ -1,0 +1,107 @@
+// The engine loop. One thread calls run(); it owns the scheduler, the KV block pool and cache,
+// and the model runner. Other threads only reach it through submit(), cancel() and stop(),
+// which pass through a locked inbox, and read metrics() snapshots.
+//
+// Each step: take new requests and cancellations from the inbox, fail requests past their
+// deadline, let the scheduler pick the step's tokens, run the model once over all of them,
+// then sample a token for every request whose known tokens are all computed, detokenize it,
+// check stop conditions and push the result to the request's stream.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/histogram.h"
+#include "core/thread_pool.h"
+#include "kv_cache/kv_block_pool.h"
+#include "kv_cache/paged_kv_cache.h"
+#include "models/decoder_model.h"
+#include "runtime/engine.h"
+#include "runtime/engine_options.h"
+#include "runtime/engine_request.h"
+#include "runtime/model_runner.h"
+#include "runtime/request_stream.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_condition.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tachyon {
+
+class EngineCore {
+ public:
+  EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
+             EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context);
+
+  // Thread-safe.
+  Result<std::shared_ptr<RequestStream>> submit(EngineRequest request, std::function<void()> notify);
+  void cancel(RequestId id);
+  void stop();
+  EngineMetrics metrics() const;
+  int max_context() const { return max_context_; }
+  const EngineOptions& options() const { return options_; }
+
+  // The loop; returns after stop(), having ended every unfinished request with kCancelled.
+  void run();
+
+ private:
+  struct Submission {
+    RequestId id;
+    EngineRequest request;
+    Sampler sampler;
+    std::shared_ptr<RequestStream> stream;
+  };
+  // What the engine keeps per request beside the scheduler's Request.
+  struct Active {
+    EngineRequest request;
+    Sampler sampler;
+    StopCondition stop;
+    StreamingDetokenizer detokenizer;
+    std::shared_ptr<RequestStream> stream;
+    int num_completion_tokens = 0;
+  };
+
+  // Moves the inbox into the scheduler; false when stopping.
+  bool take_inbox();
+  void step();
+  void sample_and_emit(Request& request, Active& active, std::span<float> logits);
+  // Ends a request: the final event (with `output`'s fields) goes out, its blocks go back.
+  void finish(RequestId id, EngineOutput output);
+  EngineOutput counts_for(const Request& request, const Active& active) const;
+  void fail_expired();
+  void publish_metrics(int step_tokens);
+
+  DecoderModel& model_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& pool_;
+  EngineOptions options_;
+  int max_context_;
+  std::vector<TokenId> end_of_generation_;
+
+  std::unique_ptr<PagedKvCache> cache_;
+  KvBlockPool block_pool_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
+  uint64_t next_arrival_ = 0;
+
+  // Inbox, shared with other threads.
+  mutable std::mutex inbox_mutex_;
+  std::condition_variable inbox_ready_;
+  std::vector<Submission> submissions_;
+  std::vector<RequestId> cancellations_;
+  bool stopping_ = false;
+  RequestId next_id_ = 1;
+
+  // Metrics, shared with other threads.
+  mutable std::mutex metrics_mutex_;
+  EngineMetrics metrics_;
+  Histogram tokens_per_step_;
+};
+
+}  // namespace tachyon

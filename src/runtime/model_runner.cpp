@@ -1,0 +1,34 @@
+#include "runtime/model_runner.h"
+
+namespace tachyon {
+
+Status ModelRunner::execute(const SchedulerOutput& output) {
+  ForwardBatch& batch = batch_;
+  const int block_size = cache_.block_size();
+  batch.block_size = block_size;
+  batch.tokens.clear();
+  batch.positions.clear();
+  batch.slots.clear();
+  batch.logits_tokens.clear();
+  batch.sequences.resize(output.scheduled.size());
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const ScheduledRequest& item = output.scheduled[i];
+    const Request& request = *item.request;
+    BatchSequence& sequence = batch.sequences[i];
+    sequence.first_token = batch.num_tokens();
+    sequence.num_tokens = item.num_new_tokens;
+    sequence.start_position = request.num_computed_tokens;
+    sequence.block_table = request.blocks;
+    for (int t = 0; t < item.num_new_tokens; ++t) {
+      const int position = request.num_computed_tokens + t;
+      batch.tokens.push_back(request.tokens[position]);
+      batch.positions.push_back(position);
+      batch.slots.push_back(static_cast<int64_t>(request.blocks[position / block_size]) *
+                                block_size + position % block_size);
+    }
+    if (item.samples_next_token) batch.logits_tokens.push_back(batch.num_tokens() - 1);
+  }
+  return model_.forward_batch(batch, cache_, pool_, logits_);
+}
+
+}  // namespace tachyon

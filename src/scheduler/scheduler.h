@@ -1,0 +1,86 @@
+// Picks each step's work under a token budget, with no prefill/decode phases: running requests
+// first (one token each when decoding, a chunk when still on their prompt), then waiting ones
+// while budget, sequence slots and KV blocks last. Priorities order both queues (high, normal,
+// low; first come, first served within one). When KV blocks run out, the lowest-priority, most
+// recently arrived running request is preempted: its blocks are released (full ones stay in
+// the prefix cache) and it is recomputed later from its tokens, so its output does not change.
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "kv_cache/kv_block_pool.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler_output.h"
+
+namespace tachyon {
+
+struct SchedulerConfig {
+  int max_batch_tokens = 256;    // new tokens per step
+  int max_running_requests = 64;
+  int block_size = 16;
+};
+
+struct SchedulerCounters {
+  uint64_t prefix_queried_tokens = 0;  // prompt tokens looked up at first admission
+  uint64_t prefix_hit_tokens = 0;      // of those, found cached
+  uint64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KvBlockPool& pool);
+
+  // Queues a request (state kWaiting, no blocks, tokens = its prompt).
+  void add(std::unique_ptr<Request> request);
+  // Removes a request wherever it is and releases its blocks. Unknown ids are ignored.
+  void remove(RequestId id);
+  Request* find(RequestId id);
+
+  SchedulerOutput schedule();
+  // After the model ran `output`: advances num_computed_tokens and names newly full blocks
+  // for the prefix cache.
+  void on_step_done(const SchedulerOutput& output);
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const SchedulerCounters& counters() const { return counters_; }
+  const SchedulerConfig& config() const { return config_; }
+
+  // Blocks needed to hold `num_tokens` positions.
+  int blocks_for(int num_tokens) const {
+    return (num_tokens + config_.block_size - 1) / config_.block_size;
+  }
+
+ private:
+  struct ServeOrder {  // high priority first, then earlier arrival
+    bool operator()(const Request* a, const Request* b) const {
+      if (a->priority != b->priority) return a->priority < b->priority;
+      return a->arrival < b->arrival;
+    }
+  };
+
+  // Moves a running request back to waiting, releasing its blocks.
+  void preempt(Request* request);
+  // Takes the longest run of cached blocks that starts the request's tokens (leaving at least
+  // its last token to compute) and sets num_computed_tokens accordingly.
+  void take_cached_prefix(Request* request);
+  // Hashes of the request's full blocks up to `num_blocks`, computing missing ones.
+  void extend_block_hashes(Request* request, int num_blocks);
+  // Grows the request's block table to cover `num_tokens` positions; false if the pool is short.
+  bool grow_blocks(Request* request, int num_tokens);
+
+  SchedulerConfig config_;
+  KvBlockPool& pool_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;  // kept in ServeOrder
+  std::set<Request*, ServeOrder> waiting_;
+  SchedulerCounters counters_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,25 @@
+// What one engine step runs: data only, owned by the engine loop for the step's duration.
+#pragma once
+
+#include <vector>
+
+#include "scheduler/request.h"
+
+namespace tachyon {
+
+struct ScheduledRequest {
+  Request* request;     // owned by the Scheduler; valid until the step ends
+  int num_new_tokens;   // tokens[num_computed_tokens, + num_new_tokens) run this step
+  // True when the step computes the request's last known token: its logits give the next one.
+  bool samples_next_token;
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  std::vector<RequestId> preempted;  // lost their blocks this step; will be recomputed
+  int num_tokens = 0;                // total new tokens
+
+  bool empty() const { return scheduled.empty(); }
+};
+
+}  // namespace tachyon

@@ -1,0 +1,352 @@
+// The serving engine's invariants on real models: batch invariance, prefix-cache hits and
+// preemption that never change a request's tokens, no leaked KV blocks, and clean errors.
+#include "runtime/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/paths.h"
+#include "model_files/gguf_file.h"
+#include "runtime/generator.h"
+
+namespace tachyon {
+namespace {
+
+const std::string kTinyModel = std::string(TACHYON_TINY_MODELS) + "/llama_gqa.f32.gguf";
+
+struct LoadedModel {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<DecoderModel> model;
+};
+
+LoadedModel load(const std::string& path) {
+  LoadedModel loaded;
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  if (!file.ok()) return loaded;
+  loaded.file = std::move(*file);
+  loaded.tokenizer = std::move(Tokenizer::from_gguf(*loaded.file)).value();
+  loaded.model = std::move(DecoderModel::load(*loaded.file)).value();
+  return loaded;
+}
+
+// The default model (SmolLM2-135M, Q4_1), loaded once for the whole file.
+LoadedModel& default_model() {
+  static LoadedModel loaded = load(default_model_path());
+  return loaded;
+}
+
+EngineRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
+}
+
+// Prompts of different lengths from a text, so a batch mixes long prefills and short decodes.
+std::vector<std::vector<TokenId>> make_prompts(const Tokenizer& tokenizer, int count) {
+  static const char* const kTexts[] = {
+      "The quick brown fox jumps over the lazy dog.",
+      "Once upon a time, in a land far away, there lived a king who had three daughters. The "
+      "youngest was the fairest of them all, and every morning she walked to the well.",
+      "def fibonacci(n):\n    if n < 2:\n        return n\n",
+      "Water boils at",
+      "In 1969, the first humans landed on the Moon. The mission, called Apollo 11, was "
+      "commanded by Neil Armstrong, and the lunar module pilot was Buzz Aldrin. Michael "
+      "Collins stayed in orbit aboard the command module Columbia while",
+      "List three colors:",
+      "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer",
+      "SELECT name FROM users WHERE",
+  };
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::string text = kTexts[i % 8];
+    if (i >= 8) text = "Question " + std::to_string(i) + ": " + text;
+    prompts.push_back(tokenizer.encode(text, {.parse_special = true, .add_special = true}));
+  }
+  return prompts;
+}
+
+std::unique_ptr<Engine> make_engine(LoadedModel& loaded, ThreadPool& pool, EngineOptions options) {
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+EngineOutput run_alone(Engine& engine, EngineRequest request) {
+  Result<std::shared_ptr<RequestStream>> stream = engine.submit(std::move(request));
+  EXPECT_TRUE(stream.ok()) << stream.status().message();
+  return (*stream)->wait_for_all();
+}
+
+// The engine publishes its gauges after each step; wait for the last one.
+EngineMetrics settled_metrics(const Engine& engine) {
+  EngineMetrics metrics = engine.metrics();
+  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    metrics = engine.metrics();
+  }
+  return metrics;
+}
+
+void expect_pool_back_to_full(const Engine& engine) {
+  const EngineMetrics metrics = settled_metrics(engine);
+  EXPECT_EQ(metrics.num_running, 0);
+  EXPECT_EQ(metrics.num_waiting, 0);
+  EXPECT_EQ(metrics.kv_blocks_used, 0) << "KV blocks leaked";
+}
+
+// The paged batch path computes what the single-sequence path computes, on a tiny f32 model
+// with an f32 cache (the two attention implementations differ only in rounding).
+TEST(EngineTest, MatchesTheSingleSequenceGenerator) {
+  LoadedModel loaded = load(kTinyModel);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  options.kv_cache_type = DType::kF32;
+  options.max_batch_tokens = 7;  // chunked prefill with odd chunk sizes
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  for (const std::vector<TokenId>& prompt : make_prompts(*loaded.tokenizer, 4)) {
+    const EngineOutput served = run_alone(*engine, greedy_request(prompt, 24));
+    ASSERT_TRUE(served.status.ok()) << served.status.message();
+    // The tiny model's context is short: both stop when it is full.
+    Generator generator(*loaded.model, *loaded.tokenizer, pool, engine->max_context(), 512,
+                        DType::kF32);
+    SamplingParams params = greedy_request({}, 24).sampling;
+    Result<GenerationOutput> expected = generator.generate(prompt, params, [](std::string_view) {});
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(served.tokens, expected->tokens);
+    // The engine also ends with an unfinished character's U+FFFD, as a full decode would.
+    EXPECT_EQ(served.text.substr(0, expected->text.size()), expected->text);
+    EXPECT_EQ(served.finish_reason, expected->finish_reason);
+    EXPECT_EQ(served.completion_tokens, static_cast<int>(expected->tokens.size()));
+    EXPECT_EQ(served.prompt_tokens, static_cast<int>(prompt.size()));
+  }
+  expect_pool_back_to_full(*engine);
+}
+
+// A request's greedy tokens are the same alone and inside a batch of 16 mixed requests (long
+// prompts being prefilled in chunks while others decode).
+TEST(EngineTest, BatchInvariance) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 256 << 20;
+  options.max_batch_tokens = 64;
+  options.enable_prefix_cache = false;  // every run computes everything
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.tokenizer, 16);
+  std::vector<std::vector<TokenId>> alone;
+  for (int i : {0, 4, 9}) alone.push_back(run_alone(*engine, greedy_request(prompts[i], 26)).tokens);
+
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 16; ++i) {
+    Result<std::shared_ptr<RequestStream>> stream =
+        engine->submit(greedy_request(prompts[i], 8 + 2 * i));
+    ASSERT_TRUE(stream.ok());
+    streams.push_back(*stream);
+  }
+  std::vector<EngineOutput> batched;
+  for (auto& stream : streams) batched.push_back(stream->wait_for_all());
+  EXPECT_EQ(batched[0].tokens, std::vector<TokenId>(alone[0].begin(), alone[0].begin() + 8));
+  EXPECT_EQ(batched[4].tokens, std::vector<TokenId>(alone[1].begin(), alone[1].begin() + 16));
+  EXPECT_EQ(batched[9].tokens, alone[2]);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(batched[i].completion_tokens, 8 + 2 * i);
+  EXPECT_GT(engine->metrics().steps_total, 0u);
+  expect_pool_back_to_full(*engine);
+}
+
+// A prompt whose start is cached reuses those blocks and gives the same tokens as a cold run;
+// a different cache salt does not share them.
+TEST(EngineTest, PrefixCacheHitGivesTheSameTokens) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 64 << 20;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  std::vector<TokenId> prompt = make_prompts(*loaded.tokenizer, 8)[4];  // ~60 tokens
+  const EngineOutput cold = run_alone(*engine, greedy_request(prompt, 16));
+  EXPECT_EQ(cold.cached_prompt_tokens, 0);
+  const EngineOutput warm = run_alone(*engine, greedy_request(prompt, 16));
+  EXPECT_EQ(warm.cached_prompt_tokens, (static_cast<int>(prompt.size()) - 1) / 16 * 16);
+  EXPECT_GT(warm.cached_prompt_tokens, 0);
+  EXPECT_EQ(warm.tokens, cold.tokens);
+
+  // The follow-up turn of a chat: prompt + answer + more; the whole earlier part is cached.
+  std::vector<TokenId> longer = prompt;
+  longer.insert(longer.end(), cold.tokens.begin(), cold.tokens.end());
+  for (TokenId token : loaded.tokenizer->encode(" And then")) longer.push_back(token);
+  const EngineOutput follow_up = run_alone(*engine, greedy_request(longer, 12));
+  EXPECT_GE(follow_up.cached_prompt_tokens, static_cast<int>(prompt.size()) / 16 * 16);
+
+  EngineRequest salted = greedy_request(prompt, 16);
+  salted.cache_salt = "tenant-b";
+  const EngineOutput other_tenant = run_alone(*engine, salted);
+  EXPECT_EQ(other_tenant.cached_prompt_tokens, 0);
+  EXPECT_EQ(other_tenant.tokens, cold.tokens);
+  const EngineMetrics metrics = settled_metrics(*engine);
+  EXPECT_GT(metrics.prefix_cache_hit_tokens_total, 0u);
+  EXPECT_GT(metrics.kv_blocks_cached, 0);
+  expect_pool_back_to_full(*engine);
+}
+
+// With too little KV memory for everyone, requests are preempted and recomputed later; each
+// still produces exactly the tokens it produces alone.
+TEST(EngineTest, PreemptAndResumeGivesTheSameTokens) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  const ModelConfig& config = loaded.model->config();
+  EngineOptions options;
+  options.block_size = 16;
+  // 16 blocks = 256 tokens for 5 requests that each grow to 60-100 tokens.
+  options.kv_cache_bytes = static_cast<int64_t>(PagedKvCache::block_bytes(
+                               config.num_layers, config.kv_size(), 16, DType::kF16)) * 16;
+  options.max_batch_tokens = 64;
+  options.enable_prefix_cache = false;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.tokenizer, 5);
+  std::vector<EngineOutput> alone;
+  for (const auto& prompt : prompts) alone.push_back(run_alone(*engine, greedy_request(prompt, 48)));
+  EXPECT_EQ(engine->metrics().preemptions_total, 0u);
+
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& prompt : prompts) streams.push_back(*engine->submit(greedy_request(prompt, 48)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const EngineOutput together = streams[i]->wait_for_all();
+    ASSERT_TRUE(together.status.ok()) << together.status.message();
+    EXPECT_EQ(together.tokens, alone[i].tokens) << "request " << i;
+  }
+  EXPECT_GT(engine->metrics().preemptions_total, 0u);
+  expect_pool_back_to_full(*engine);
+}
+
+// Higher priority requests are served first when they compete for the running slots.
+TEST(EngineTest, HighPriorityIsAdmittedFirst) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 64 << 20;
+  options.max_running_requests = 1;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const auto prompts = make_prompts(*loaded.tokenizer, 3);
+  // The first occupies the only slot; then a low and a high priority request queue up.
+  auto first = *engine->submit(greedy_request(prompts[0], 32));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EngineRequest low = greedy_request(prompts[1], 4);
+  low.priority = Priority::kLow;
+  EngineRequest high = greedy_request(prompts[2], 4);
+  high.priority = Priority::kHigh;
+  std::vector<int> finish_order;
+  std::mutex mutex;
+  auto low_stream = *engine->submit(std::move(low));
+  auto high_stream = *engine->submit(std::move(high));
+  std::thread low_waiter([&] {
+    low_stream->wait_for_all();
+    std::lock_guard<std::mutex> lock(mutex);
+    finish_order.push_back(1);
+  });
+  std::thread high_waiter([&] {
+    high_stream->wait_for_all();
+    std::lock_guard<std::mutex> lock(mutex);
+    finish_order.push_back(2);
+  });
+  first->wait_for_all();
+  low_waiter.join();
+  high_waiter.join();
+  EXPECT_EQ(finish_order, (std::vector<int>{2, 1}));
+  expect_pool_back_to_full(*engine);
+}
+
+// Cancelling a running request ends it with kCancelled and frees its blocks; a deadline ends
+// one with kDeadlineExceeded.
+TEST(EngineTest, CancelAndDeadlineFreeTheBlocks) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 64 << 20;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const auto prompts = make_prompts(*loaded.tokenizer, 2);
+  auto stream = *engine->submit(greedy_request(prompts[0], 100000));
+  std::optional<EngineOutput> first = stream->pop(std::chrono::seconds(30));
+  ASSERT_TRUE(first.has_value());
+  engine->cancel(stream->id());
+  const EngineOutput rest = stream->wait_for_all();
+  EXPECT_TRUE(rest.finished);
+  EXPECT_EQ(rest.status.code(), StatusCode::kCancelled);
+  EXPECT_EQ(rest.finish_reason, FinishReason::kNone);
+  expect_pool_back_to_full(*engine);
+
+  EngineRequest timed = greedy_request(prompts[1], 100000);
+  timed.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  const EngineOutput expired = run_alone(*engine, std::move(timed));
+  EXPECT_EQ(expired.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GT(expired.completion_tokens, 0);
+  expect_pool_back_to_full(*engine);
+  engine->cancel(12345);  // unknown ids are ignored
+}
+
+// Bad requests are refused at submit with a message naming the numbers; a full context ends
+// a request with kLength.
+TEST(EngineTest, RejectsBadRequestsAndStopsAtTheContext) {
+  LoadedModel loaded = load(kTinyModel);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 4 << 20;
+  options.max_context = 64;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  EXPECT_EQ(engine->max_context(), 64);
+  EXPECT_EQ(engine->submit(greedy_request({}, 4)).status().code(), StatusCode::kInvalidArgument);
+  Result<std::shared_ptr<RequestStream>> too_long =
+      engine->submit(greedy_request(std::vector<TokenId>(64, 5), 4));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(too_long.status().message().find("64 tokens"), std::string::npos)
+      << too_long.status().message();
+  EXPECT_EQ(engine->submit(greedy_request({-1}, 4)).status().code(),
+            StatusCode::kInvalidArgument);
+  EngineRequest bad_sampling = greedy_request({1, 2}, 4);
+  bad_sampling.sampling.temperature = -1;
+  EXPECT_EQ(engine->submit(bad_sampling).status().code(), StatusCode::kInvalidArgument);
+
+  EngineRequest unbounded = greedy_request(std::vector<TokenId>(60, 5), 1000);
+  const EngineOutput full = run_alone(*engine, unbounded);
+  EXPECT_EQ(full.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(full.completion_tokens, 4);  // 60 + 4 = 64 positions
+  expect_pool_back_to_full(*engine);
+}
+
+// Destroying the engine ends every unfinished request with kCancelled.
+TEST(EngineTest, ShutdownCancelsUnfinishedRequests) {
+  LoadedModel loaded = load(kTinyModel);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 4 << 20;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  auto stream = *engine->submit(greedy_request({1, 2, 3}, 100000));
+  engine.reset();
+  const EngineOutput output = stream->wait_for_all();
+  EXPECT_EQ(output.status.code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace tachyon
