@@ -1,0 +1,111 @@
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+namespace tachyon {
+namespace {
+
+std::unique_ptr<Request> make_request(RequestId id, int num_prompt_tokens,
+                                      Priority priority = Priority::kNormal) {
+  auto request = std::make_unique<Request>();
+  request->id = id;
+  request->arrival = id;
+  request->priority = priority;
+  for (int i = 0; i < num_prompt_tokens; ++i) request->tokens.push_back(100 + i);
+  request->num_prompt_tokens = num_prompt_tokens;
+  request->hash_root = BlockHash::root("");
+  return request;
+}
+
+// Runs the schedule and, for requests that sample, appends a token as the engine would.
+SchedulerOutput step(Scheduler& scheduler) {
+  SchedulerOutput output = scheduler.schedule();
+  scheduler.on_step_done(output);
+  for (const ScheduledRequest& item : output.scheduled) {
+    if (item.samples_next_token) item.request->tokens.push_back(7);
+  }
+  return output;
+}
+
+TEST(SchedulerTest, ChunksLongPromptsUnderTheTokenBudget) {
+  KvBlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 32, .max_running_requests = 8, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 10));
+  SchedulerOutput first = step(scheduler);
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  EXPECT_TRUE(first.scheduled[0].samples_next_token);
+  // A 70-token prompt arrives while request 1 decodes: it gets the rest of the budget each step.
+  scheduler.add(make_request(2, 70));
+  SchedulerOutput second = step(scheduler);
+  ASSERT_EQ(second.scheduled.size(), 2u);
+  EXPECT_EQ(second.scheduled[0].num_new_tokens, 1);   // request 1's decode comes first
+  EXPECT_EQ(second.scheduled[1].num_new_tokens, 31);  // a prompt chunk
+  EXPECT_FALSE(second.scheduled[1].samples_next_token);
+  EXPECT_EQ(second.num_tokens, 32);
+  step(scheduler);  // 31 more
+  SchedulerOutput last = step(scheduler);  // the final 8
+  ASSERT_EQ(last.scheduled.size(), 2u);
+  EXPECT_EQ(last.scheduled[1].num_new_tokens, 8);
+  EXPECT_TRUE(last.scheduled[1].samples_next_token);
+  scheduler.remove(1);
+  scheduler.remove(2);
+  EXPECT_EQ(pool.num_held(), 0);
+}
+
+TEST(SchedulerTest, PreemptsTheLeastUrgentWhenBlocksRunOut) {
+  KvBlockPool pool(4, false);
+  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 8, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 30, Priority::kHigh));  // 2 blocks
+  scheduler.add(make_request(2, 30, Priority::kLow));   // 2 blocks
+  SchedulerOutput first = step(scheduler);
+  EXPECT_EQ(first.scheduled.size(), 2u);
+  EXPECT_EQ(pool.num_available(), 0);
+  step(scheduler);  // position 30
+  step(scheduler);  // position 31: the second block is full
+  // Position 32: request 1 needs a third block: the low-priority request is preempted.
+  SchedulerOutput third = step(scheduler);
+  ASSERT_EQ(third.preempted.size(), 1u);
+  EXPECT_EQ(third.preempted[0], 2u);
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+  EXPECT_EQ(scheduler.find(2)->num_computed_tokens, 0);
+  EXPECT_EQ(scheduler.counters().preemptions, 1u);
+  scheduler.remove(1);
+  // With room again the preempted request is recomputed from all its tokens.
+  SchedulerOutput resumed = step(scheduler);
+  ASSERT_EQ(resumed.scheduled.size(), 1u);
+  EXPECT_EQ(resumed.scheduled[0].num_new_tokens, 33);
+  scheduler.remove(2);
+  EXPECT_EQ(pool.num_held(), 0);
+}
+
+TEST(SchedulerTest, TakesCachedPrefixBlocksAtAdmission) {
+  KvBlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 8, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 40));
+  step(scheduler);
+  scheduler.remove(1);  // its 2 full blocks stay cached
+  EXPECT_EQ(pool.num_cached(), 2);
+  scheduler.add(make_request(2, 40));
+  SchedulerOutput output = step(scheduler);
+  EXPECT_EQ(scheduler.find(2)->num_cached_prompt_tokens, 32);
+  EXPECT_EQ(output.scheduled[0].num_new_tokens, 8);
+  // A prompt that is exactly cached still computes its last block for the logits.
+  scheduler.add(make_request(3, 32));
+  SchedulerOutput exact = step(scheduler);
+  EXPECT_EQ(scheduler.find(3)->num_cached_prompt_tokens, 16);
+  EXPECT_EQ(exact.scheduled.back().num_new_tokens, 16);
+  EXPECT_EQ(scheduler.counters().prefix_hit_tokens, 48u);
+}
+
+TEST(SchedulerTest, HigherPriorityWaitsLess) {
+  KvBlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 1, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 4, Priority::kLow));
+  scheduler.add(make_request(2, 4, Priority::kHigh));
+  SchedulerOutput output = step(scheduler);
+  ASSERT_EQ(output.scheduled.size(), 1u);
+  EXPECT_EQ(output.scheduled[0].request->id, 2u);
+}
+
+}  // namespace
+}  // namespace tachyon
