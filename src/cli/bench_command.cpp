@@ -14,6 +14,7 @@
 #include "cli/model_session.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "runtime/engine.h"
 
 namespace tachyon::cli {
 namespace {
@@ -23,6 +24,11 @@ struct BenchOptions {
   int prompt_tokens = 512;
   int generated_tokens = 128;
   int repetitions = 5;
+  // Batched decoding through the serving engine: `parallel` sequences, each with a prompt of
+  // `parallel_prompt` random tokens, generating `parallel_gen` tokens (0 = skip).
+  int parallel = 0;
+  int parallel_prompt = 128;
+  int parallel_gen = 64;
   bool json = false;
 };
 
@@ -76,6 +82,28 @@ Status run_bench(const BenchOptions& options) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
 
+  // Aggregate generation speed of `parallel` sequences served together by the engine
+  // (continuous batching over the paged KV cache), from submission to the last token.
+  auto time_parallel = [&](Engine& engine) -> Result<double> {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < options.parallel; ++i) {
+      EngineRequest request;
+      for (int t = 0; t < options.parallel_prompt; ++t) request.prompt.push_back(random_token(rng));
+      request.sampling.temperature = 0;
+      request.sampling.ignore_eos = true;
+      request.sampling.max_tokens = options.parallel_gen;
+      TACHYON_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
+                               engine.submit(std::move(request)));
+      streams.push_back(std::move(stream));
+    }
+    for (auto& stream : streams) {
+      EngineOutput output = stream->wait_for_all();
+      if (!output.status.ok()) return output.status;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+
   std::vector<Measurement> results;
   if (options.prompt_tokens > 0) {
     TACHYON_RETURN_IF_ERROR(time_prompt().status());  // warm-up: page in weights, grow buffers
@@ -94,6 +122,29 @@ Status run_bench(const BenchOptions& options) {
       rates.push_back(options.generated_tokens / seconds);
     }
     results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), rates));
+  }
+
+  if (options.parallel > 0) {
+    EngineOptions engine_options;
+    engine_options.kv_cache_type = session.cache_type;
+    // Enough blocks for every sequence, and no prefix reuse between repetitions.
+    engine_options.kv_cache_bytes = static_cast<int64_t>(
+        PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
+                                  engine_options.block_size, session.cache_type) *
+        (options.parallel * ((options.parallel_prompt + options.parallel_gen) / 16 + 2)));
+    engine_options.enable_prefix_cache = false;
+    engine_options.max_running_requests = std::max(engine_options.max_running_requests,
+                                                   options.parallel);
+    TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                             Engine::create(model, *session.tokenizer, *session.pool,
+                                            engine_options));
+    TACHYON_RETURN_IF_ERROR(time_parallel(*engine).status());
+    std::vector<double> rates;
+    for (int r = 0; r < options.repetitions; ++r) {
+      TACHYON_ASSIGN_OR_RETURN(double seconds, time_parallel(*engine));
+      rates.push_back(options.parallel * options.parallel_gen / seconds);
+    }
+    results.push_back(summarize(fmt::format("batched{}", options.parallel), rates));
   }
 
   if (options.json) {
@@ -127,6 +178,16 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   command->add_option("-r,--repetitions", options->repetitions, "Repetitions per test (5)")
       ->check(CLI::Range(1, 1000));
+  command->add_option("--parallel", options->parallel,
+                      "Batched decoding test: this many sequences at once through the engine; "
+                      "reports aggregate generated tokens/s (0 = skip)")
+      ->check(CLI::Range(0, 4096));
+  command->add_option("--parallel-prompt", options->parallel_prompt,
+                      "Prompt tokens per sequence in the batched test (128)")
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--parallel-gen", options->parallel_gen,
+                      "Generated tokens per sequence in the batched test (64)")
+      ->check(CLI::Range(1, 1 << 20));
   command->add_flag("--json", options->json, "Print a JSON list of {test, tokens_per_second, stddev}");
   command->callback([options] {
     Status status = run_bench(*options);

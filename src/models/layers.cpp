@@ -110,9 +110,8 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       for (int block = 0; block * block_size < run_end; ++block) {
         const int block_start = block * block_size;
         const int count = std::min(block_size, run_end - block_start);
-        cache.load_head(layer, kv_head, head_size,
-                        static_cast<int64_t>(sequence.block_table[block]) * block_size, count,
-                        keys_by_dimension.data(), block_size, values.data());
+        cache.load_block(layer, kv_head, sequence.block_table[block], count,
+                         keys_by_dimension.data(), values.data());
         for (int i = 0; i < run.num_tokens; ++i) {
           const int token = run.first_token + i;
           const int visible = std::min(block_size, batch.positions[token] + 1 - block_start);

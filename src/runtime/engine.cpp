@@ -55,8 +55,9 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   }
   TACHYON_ASSIGN_OR_RETURN(
       std::unique_ptr<PagedKvCache> cache,
-      PagedKvCache::create(config.num_layers, config.kv_size(), static_cast<int>(num_blocks),
-                           options.block_size, options.kv_cache_type));
+      PagedKvCache::create(config.num_layers, config.num_kv_heads, config.head_size,
+                           static_cast<int>(num_blocks), options.block_size,
+                           options.kv_cache_type));
   // A request alone must always fit, so that preemption can always make room.
   int max_context = options.max_context > 0 ? std::min(options.max_context, config.context_length)
                                             : config.context_length;
