@@ -16,6 +16,7 @@ void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // Prints "tachyon: error: MESSAGE" on stderr and sets the exit code to 1.
 void fail(const std::string& message);

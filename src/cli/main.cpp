@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   tachyon::cli::add_bench_command(app);
   tachyon::cli::add_perplexity_command(app);
   tachyon::cli::add_chat_command(app);
+  tachyon::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,157 @@
+// `tachyon serve`: the OpenAI-compatible HTTP server. The listener comes up first (so health
+// checks see 503 "loading" instead of a refused connection), the model and the engine load on
+// a background thread, and SIGINT/SIGTERM drain the running requests before exiting 0.
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "cli/model_session.h"
+#include "core/paths.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+
+namespace tachyon::cli {
+namespace {
+
+struct ServeCommandOptions {
+  ModelOptions model;
+  server::ServeOptions serve;
+  std::string model_alias;
+  std::string kv_cache_memory;  // fraction or size; empty: the engine's default
+  EngineOptions engine;
+};
+
+// Everything the background loader builds. Members are destroyed in reverse order: the engine
+// (which uses the rest) first.
+struct LoadedModel {
+  ModelSession session;
+  std::optional<ChatTemplate> chat_template;
+  std::unique_ptr<Engine> engine;
+};
+
+Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
+                  server::HttpServer& http_server) {
+  const auto start = std::chrono::steady_clock::now();
+  TACHYON_ASSIGN_OR_RETURN(loaded.session, open_session(options.model));
+  Result<ChatTemplate> chat_template = loaded.session.chat_template();
+  if (chat_template.ok()) {
+    loaded.chat_template = std::move(*chat_template);
+  } else {
+    spdlog::warn("{}; /v1/chat/completions will answer 400", chat_template.status().message());
+  }
+  EngineOptions engine_options = options.engine;
+  engine_options.max_context = loaded.session.context_size;
+  engine_options.kv_cache_type = loaded.session.cache_type;
+  TACHYON_ASSIGN_OR_RETURN(loaded.engine,
+                           Engine::create(*loaded.session.model, *loaded.session.tokenizer,
+                                          *loaded.session.pool, engine_options));
+
+  auto served = std::make_shared<server::ServedModel>();
+  served->id = options.serve.model_id;
+  served->created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  served->engine = loaded.engine.get();
+  served->tokenizer = loaded.session.tokenizer.get();
+  served->chat_template = loaded.chat_template ? &*loaded.chat_template : nullptr;
+  const Vocabulary& vocabulary = loaded.session.tokenizer->vocabulary();
+  if (vocabulary.bos_id) served->bos_token = vocabulary.tokens[*vocabulary.bos_id];
+  if (vocabulary.eos_id) served->eos_token = vocabulary.tokens[*vocabulary.eos_id];
+  served->max_context = loaded.engine->max_context();
+  http_server.set_model(std::move(served));
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("model loaded in {:.2f} s: context {} tokens, {} KV blocks", seconds,
+               loaded.engine->max_context(), loaded.engine->metrics().kv_blocks_total);
+  std::fprintf(stderr, "tachyon: serving %s on http://%s:%d\n", options.serve.model_id.c_str(),
+               options.serve.host.c_str(), http_server.port());
+  return Status();
+}
+
+Status run_serve(ServeCommandOptions& options) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tachyon"));
+  if (!options.kv_cache_memory.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(server::MemoryAmount amount,
+                             server::parse_memory_amount(options.kv_cache_memory));
+    options.engine.kv_cache_bytes = amount.bytes;
+    if (amount.fraction > 0) options.engine.kv_cache_fraction = amount.fraction;
+  }
+  const std::string path =
+      options.model.model_path.empty() ? default_model_path() : options.model.model_path;
+  options.serve.model_id =
+      options.model_alias.empty() ? server::model_id_from_path(path) : options.model_alias;
+
+  LoadedModel loaded;  // declared before the server so that it outlives it
+  server::HttpServer http_server(options.serve);
+  TACHYON_RETURN_IF_ERROR(http_server.listen());
+  spdlog::info("listening on {}:{}, loading {}", options.serve.host, http_server.port(), path);
+  std::thread loader([&] {
+    Status status = load_model(options, loaded, http_server);
+    if (!status.ok()) http_server.shutdown(status);
+  });
+  Status status = http_server.run();
+  loader.join();
+  if (status.ok()) spdlog::info("shut down");
+  return status;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto options = std::make_shared<ServeCommandOptions>();
+  CLI::App* command =
+      app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  add_model_options(*command, options->model);
+  server::ServeOptions& serve = options->serve;
+  command->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
+  command->add_option("--port", serve.port, "Port to listen on (default 8080; 0 = any free)")
+      ->check(CLI::Range(0, 65535));
+  command->add_option("--model-alias", options->model_alias,
+                      "Model id clients must send (default: the file name without .gguf)");
+  command->add_option("--kv-cache-mem", options->kv_cache_memory,
+                      "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
+                      "(2GiB, 512MiB, bytes)");
+  command
+      ->add_option("--max-batch-tokens", options->engine.max_batch_tokens,
+                   "Most tokens computed in one engine step (default 256)")
+      ->check(CLI::Range(1, 1 << 20));
+  command
+      ->add_option("--max-running", options->engine.max_running_requests,
+                   "Most requests running at once (default 64)")
+      ->check(CLI::Range(1, 1 << 16));
+  command
+      ->add_option("--max-waiting", options->engine.max_waiting_requests,
+                   "Most requests waiting; more get 503 (default 1024)")
+      ->check(CLI::Range(0, 1 << 24));
+  command
+      ->add_option("--max-body-bytes", serve.max_body_bytes,
+                   "Largest request body (default 16 MiB)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 34));
+  command
+      ->add_option("--request-timeout", serve.request_timeout_seconds,
+                   "Seconds a request may run before it fails (default 600)")
+      ->check(CLI::Range(0.001, 1e7));
+  command
+      ->add_option("--sse-ping-interval", serve.sse_ping_interval_seconds,
+                   "Seconds between ': ping' comments on a quiet stream (default 5; 0 = off)")
+      ->check(CLI::Range(0.0, 1e6));
+  command
+      ->add_option("--shutdown-timeout", serve.shutdown_timeout_seconds,
+                   "Seconds running requests get to finish on SIGTERM (default 30)")
+      ->check(CLI::Range(0.0, 1e6));
+  command->add_option("--io-threads", serve.io_threads, "HTTP threads (default 2)")
+      ->check(CLI::Range(1, 64));
+  command->callback([options] {
+    Status status = run_serve(*options);
+    if (!status.ok()) fail(status.message());
+  });
+}
+
+}  // namespace tachyon::cli

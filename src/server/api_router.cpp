@@ -1,0 +1,277 @@
+#include "server/api_router.h"
+
+#include <fmt/format.h>
+
+#include "runtime/engine.h"
+#include "server/engine_request_builder.h"
+#include "server/generation_session.h"
+#include "server/openai_response.h"
+#include "tokenizer/streaming_detokenizer.h"
+
+namespace tachyon::server {
+namespace {
+
+namespace json = boost::json;
+
+// Seconds a client should wait before asking again while the model loads.
+constexpr int kLoadingRetryAfterSeconds = 2;
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// Valid UTF-8 as a string, anything else as its byte values (llama.cpp's /tokenize does this).
+json::value piece_json(const std::string& bytes) {
+  std::string copy = bytes, text;
+  take_complete_utf8(copy, text, /*final=*/true);
+  if (text == bytes) return json::string(text);
+  json::array values;
+  for (unsigned char c : bytes) values.push_back(c);
+  return values;
+}
+
+enum class Route {
+  kNone,
+  kHealth,
+  kMetrics,
+  kModels,
+  kModel,
+  kChatCompletions,
+  kCompletions,
+  kTokenize,
+  kDetokenize,
+};
+
+struct RouteMatch {
+  Route route = Route::kNone;
+  http::verb method = http::verb::get;
+  std::string model_id;  // kModel
+};
+
+RouteMatch match_route(std::string_view path) {
+  if (path == "/health" || path == "/v1/health") return {Route::kHealth, http::verb::get, {}};
+  if (path == "/metrics") return {Route::kMetrics, http::verb::get, {}};
+  if (path == "/v1/models") return {Route::kModels, http::verb::get, {}};
+  constexpr std::string_view kModelPrefix = "/v1/models/";
+  if (path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size()) {
+    return {Route::kModel, http::verb::get, percent_decode(path.substr(kModelPrefix.size()))};
+  }
+  if (path == "/v1/chat/completions") return {Route::kChatCompletions, http::verb::post, {}};
+  if (path == "/v1/completions") return {Route::kCompletions, http::verb::post, {}};
+  if (path == "/tokenize") return {Route::kTokenize, http::verb::post, {}};
+  if (path == "/detokenize") return {Route::kDetokenize, http::verb::post, {}};
+  return {};
+}
+
+}  // namespace
+
+asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest request) {
+  connection.begin_request(request, context_.draining());
+  context_.metrics().count_http_request();
+  std::string_view target = request.target();
+  std::string_view path = target.substr(0, target.find('?'));
+  const std::string method(request.method_string());
+  RouteMatch match = match_route(path);
+  if (match.route == Route::kNone) {
+    co_return co_await connection.send_error(ApiError::route_not_found(method, std::string(path)));
+  }
+  if (request.method() != match.method) {
+    ApiError error = ApiError::method_not_allowed(method, std::string(path));
+    error.headers.emplace_back("Allow", std::string(http::to_string(match.method)));
+    co_return co_await connection.send_error(error);
+  }
+  switch (match.route) {
+    case Route::kHealth:
+      co_return co_await send(connection, health());
+    case Route::kMetrics:
+      co_return co_await send(connection, metrics());
+    case Route::kModels:
+      co_return co_await send(connection, list_models());
+    case Route::kModel:
+      co_return co_await send(connection, get_model(match.model_id));
+    case Route::kTokenize:
+      co_return co_await send(connection, tokenize(request));
+    case Route::kDetokenize:
+      co_return co_await send(connection, detokenize(request));
+    case Route::kChatCompletions:
+      co_return co_await complete(connection, request, Endpoint::kChatCompletions);
+    case Route::kCompletions:
+      co_return co_await complete(connection, request, Endpoint::kCompletions);
+    case Route::kNone:
+      break;
+  }
+  co_return co_await connection.send_error(ApiError::internal("unrouted request"));
+}
+
+std::shared_ptr<const ServedModel> ApiRouter::loaded_model(std::optional<ApiError>& error) const {
+  std::shared_ptr<const ServedModel> model = context_.model();
+  if (model == nullptr) {
+    error = ApiError::unavailable("Loading model", "model_loading", kLoadingRetryAfterSeconds);
+  }
+  return model;
+}
+
+asio::awaitable<bool> ApiRouter::send(Connection& connection, Reply reply) {
+  if (reply.error) co_return co_await connection.send_error(*reply.error);
+  HttpResponse response{http::status::ok, 11};
+  response.set(http::field::content_type, reply.content_type);
+  response.body() = reply.json.is_null() ? std::move(reply.text) : json::serialize(reply.json);
+  co_return co_await connection.send(std::move(response));
+}
+
+ApiRouter::Reply ApiRouter::health() const {
+  Reply reply;
+  loaded_model(reply.error);
+  if (!reply.error && context_.draining()) {
+    reply.error = ApiError::unavailable("The server is shutting down", "shutting_down", 1);
+  }
+  reply.json = json::object{{"status", "ok"}};
+  return reply;
+}
+
+ApiRouter::Reply ApiRouter::metrics() const {
+  std::shared_ptr<const ServedModel> model = context_.model();
+  std::string text;
+  if (model != nullptr && model->engine != nullptr) {
+    const EngineMetrics engine_metrics = model->engine->metrics();
+    text = context_.metrics().render(&engine_metrics, context_.options().model_id);
+  } else {
+    text = context_.metrics().render(nullptr, context_.options().model_id);
+  }
+  Reply reply;
+  reply.text = std::move(text);
+  reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return reply;
+}
+
+json::object ApiRouter::model_json() const {
+  std::shared_ptr<const ServedModel> model = context_.model();
+  return {
+      {"id", context_.options().model_id},
+      {"object", "model"},
+      {"created", model ? model->created : 0},
+      {"owned_by", "tachyon"},
+  };
+}
+
+ApiRouter::Reply ApiRouter::list_models() const {
+  Reply reply;
+  reply.json = json::object{{"object", "list"}, {"data", json::array{model_json()}}};
+  return reply;
+}
+
+ApiRouter::Reply ApiRouter::get_model(const std::string& id) const {
+  Reply reply;
+  if (id != context_.options().model_id) {
+    reply.error = ApiError::model_not_found(id);
+    reply.error->param = std::nullopt;
+  } else {
+    reply.json = model_json();
+  }
+  return reply;
+}
+
+ApiRouter::Reply ApiRouter::tokenize(const HttpRequest& request) const {
+  Reply reply;
+  std::shared_ptr<const ServedModel> model = loaded_model(reply.error);
+  json::value body;
+  if (!reply.error) reply.error = parse_json_body(request.body(), body);
+  if (reply.error) return reply;
+  const json::object& fields = body.get_object();
+  const json::value* content = fields.if_contains("content");
+  if (content == nullptr || content->is_null()) content = fields.if_contains("prompt");
+  if (content == nullptr || !content->is_string()) {
+    return failed(ApiError::invalid_request("'content' is required and must be a string", "content",
+                                            "invalid_value"));
+  }
+  EncodeOptions options{.parse_special = true, .add_special = false};
+  bool with_pieces = false;
+  for (auto [key, target] : {std::pair<const char*, bool*>{"add_special", &options.add_special},
+                             {"parse_special", &options.parse_special},
+                             {"with_pieces", &with_pieces}}) {
+    const json::value* value = fields.if_contains(key);
+    if (value == nullptr || value->is_null()) continue;
+    if (!value->is_bool()) {
+      return failed(ApiError::wrong_type(key, "a boolean", *value));
+    }
+    *target = value->get_bool();
+  }
+  const std::vector<TokenId> ids = model->tokenizer->encode(content->get_string(), options);
+  json::array tokens;
+  for (TokenId id : ids) {
+    if (with_pieces) {
+      tokens.push_back(
+          json::object{{"id", id}, {"piece", piece_json(model->tokenizer->token_bytes(id))}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  reply.json = json::object{{"tokens", std::move(tokens)}};
+  return reply;
+}
+
+ApiRouter::Reply ApiRouter::detokenize(const HttpRequest& request) const {
+  Reply reply;
+  std::shared_ptr<const ServedModel> model = loaded_model(reply.error);
+  json::value body;
+  if (!reply.error) reply.error = parse_json_body(request.body(), body);
+  if (reply.error) return reply;
+  const json::value* tokens = body.get_object().if_contains("tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    return failed(ApiError::invalid_request(
+        "'tokens' is required and must be an array of token ids", "tokens", "invalid_value"));
+  }
+  std::vector<TokenId> ids;
+  for (const json::value& token : tokens->get_array()) {
+    const bool is_id = token.is_int64() && token.get_int64() >= 0 &&
+                       token.get_int64() < model->tokenizer->vocabulary_size();
+    if (!is_id) {
+      return failed(ApiError::invalid_request(
+          fmt::format("'tokens' must hold token ids in [0, {}), got {}",
+                      model->tokenizer->vocabulary_size(), json::serialize(token)),
+          "tokens", "invalid_value"));
+    }
+    ids.push_back(static_cast<TokenId>(token.get_int64()));
+  }
+  Result<std::string> bytes = model->tokenizer->decode(ids);
+  if (!bytes.ok()) return failed(ApiError::from_status(bytes.status(), "tokens"));
+  std::string text;
+  take_complete_utf8(*bytes, text, /*final=*/true);  // JSON needs valid UTF-8
+  reply.json = json::object{{"content", std::move(text)}};
+  return reply;
+}
+
+asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequest& request,
+                                          Endpoint endpoint) {
+  std::optional<ApiError> error;
+  json::value body;
+  OpenAiRequest parsed;
+  error = parse_json_body(request.body(), body);
+  if (!error) error = parse_openai_request(endpoint, body, parsed);
+  if (!error && parsed.model != context_.options().model_id) {
+    error = ApiError::model_not_found(parsed.model);
+  }
+  std::shared_ptr<const ServedModel> model;
+  if (!error) model = loaded_model(error);
+  if (!error && context_.draining()) {
+    error = ApiError::unavailable("The server is shutting down", "shutting_down", 1);
+  }
+  EngineRequest engine_request;
+  if (!error) error = build_engine_request(parsed, *model, engine_request);
+  if (error) co_return co_await connection.send_error(*error);
+  GenerationSession session(context_, connection, model, parsed);
+  co_return co_await session.run(std::move(engine_request));
+}
+
+}  // namespace tachyon::server

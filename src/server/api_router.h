@@ -1,0 +1,56 @@
+// ApiRouter: answers one HTTP request: picks the route, checks the method, and runs the
+// handler. Small routes (/health, /v1/models, /tokenize, /detokenize, /metrics) are answered
+// here; completions go through build_engine_request and a GenerationSession.
+//
+// Routes that need the model answer 503 with Retry-After while it loads; /health says 503 too
+// until the engine exists; /v1/models and /metrics answer at once.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+
+#include "server/connection.h"
+#include "server/openai_request.h"
+#include "server/server_context.h"
+
+namespace tachyon::server {
+
+class ApiRouter {
+ public:
+  explicit ApiRouter(ServerContext& context) : context_(context) {}
+
+  // Returns whether the connection may serve another request.
+  asio::awaitable<bool> serve(Connection& connection, HttpRequest request);
+
+ private:
+  // What a small route answers: an error, a JSON body, or plain text.
+  struct Reply {
+    std::optional<ApiError> error;
+    boost::json::value json;
+    std::string text;  // used when `json` is null
+    const char* content_type = "application/json";
+  };
+  static Reply failed(ApiError error) {
+    Reply reply;
+    reply.error = std::move(error);
+    return reply;
+  }
+
+  // Plain functions, not coroutines: GCC 12 miscompiles brace-init lists inside coroutines.
+  Reply health() const;
+  Reply metrics() const;
+  Reply list_models() const;
+  Reply get_model(const std::string& id) const;
+  Reply tokenize(const HttpRequest& request) const;
+  Reply detokenize(const HttpRequest& request) const;
+  asio::awaitable<bool> send(Connection& connection, Reply reply);
+  asio::awaitable<bool> complete(Connection& connection, const HttpRequest& request,
+                                 Endpoint endpoint);
+
+  boost::json::object model_json() const;
+  // The model, or a 503 to send while it loads.
+  std::shared_ptr<const ServedModel> loaded_model(std::optional<ApiError>& error) const;
+
+  ServerContext& context_;
+};
+
+}  // namespace tachyon::server

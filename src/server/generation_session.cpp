@@ -1,0 +1,299 @@
+#include "server/generation_session.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <mutex>
+
+namespace tachyon::server {
+namespace {
+
+// Pipelined bytes we keep while a request runs; beyond this we stop reading (and so stop
+// noticing a hang-up until the answer is written).
+constexpr size_t kMaxBufferedBytes = 1 << 20;
+constexpr size_t kReadChunkBytes = 4096;
+
+RequestEnd end_of(const EngineOutput& output) {
+  if (output.status.ok()) {
+    return output.finish_reason == FinishReason::kLength ? RequestEnd::kLength : RequestEnd::kStop;
+  }
+  return output.status.code() == StatusCode::kCancelled ? RequestEnd::kAbort : RequestEnd::kError;
+}
+
+}  // namespace
+
+// Shared with the engine's notify callback. After the session ends, notifications are
+// dropped: no post to a strand whose io_context may be gone, no touch of a freed timer.
+// `timer` is touched only on the strand.
+struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
+  explicit Waker(asio::any_io_executor strand) : strand(std::move(strand)) {}
+
+  // On the strand.
+  void wake() {
+    if (timer != nullptr) timer->cancel();
+  }
+  // From the engine thread: cheap and non-blocking, as RequestStream asks.
+  void notify() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (closed) return;
+    asio::post(strand, [self = shared_from_this()] { self->wake(); });
+  }
+  // On the strand, when the session ends.
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex);
+    closed = true;
+    timer = nullptr;
+  }
+
+  asio::any_io_executor strand;
+  asio::steady_timer* timer = nullptr;
+  std::mutex mutex;
+  bool closed = false;
+};
+
+GenerationSession::GenerationSession(ServerContext& context, Connection& connection,
+                                     std::shared_ptr<const ServedModel> model,
+                                     const OpenAiRequest& request)
+    : context_(context),
+      connection_(connection),
+      model_(std::move(model)),
+      request_(request),
+      builder_(request.endpoint, model_->id, *model_->tokenizer, request.include_usage),
+      waker_(std::make_shared<Waker>(connection.stream().get_executor())),
+      timer_(connection.stream().get_executor()) {
+  waker_->timer = &timer_;
+}
+
+GenerationSession::~GenerationSession() {
+  waker_->close();
+  if (stream_) {
+    if (!finished_) model_->engine->cancel(stream_->id());
+    context_.remove_request(stream_->id());
+  }
+}
+
+asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(context_.options().request_timeout_seconds));
+  submit_time_ = Clock::now();
+  engine_request.deadline = submit_time_ + timeout;
+  std::shared_ptr<Waker> waker = waker_;
+  Result<std::shared_ptr<RequestStream>> submitted =
+      model_->engine->submit(std::move(engine_request), [waker] { waker->notify(); });
+  if (!submitted.ok()) {
+    const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+    co_return co_await connection_.send_error(
+        ApiError::from_status(submitted.status(), chat ? "messages" : "prompt"));
+  }
+  stream_ = std::move(*submitted);
+  context_.add_request(stream_->id());
+  start_watching();
+  const bool keep_alive = request_.stream ? co_await answer_stream() : co_await answer_whole();
+  co_await stop_watching();
+  co_return keep_alive && !client_gone_;
+}
+
+asio::awaitable<bool> GenerationSession::answer_whole() {
+  std::string text;
+  std::vector<SampleLogprobs> logprobs;
+  EngineOutput last;
+  while (!finished_) {
+    while (std::optional<EngineOutput> output = stream_->try_pop()) {
+      observe(*output);
+      text += output->text;
+      for (SampleLogprobs& sample : output->logprobs) logprobs.push_back(std::move(sample));
+      if (output->finished) {
+        finish_metrics(*output);
+        last = std::move(*output);
+        finished_ = true;
+        break;
+      }
+    }
+    if (finished_) break;
+    if (client_gone_) {
+      cancel_request();
+      co_return false;
+    }
+    co_await wait(Clock::now() + std::chrono::hours(24));
+  }
+  if (!last.status.ok())
+    co_return co_await connection_.send_error(ApiError::from_status(last.status));
+  const Usage usage{last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens};
+  co_return co_await connection_.send_json(
+      http::status::ok,
+      builder_.response(text, request_.sampling.logprobs, logprobs, last.finish_reason, usage));
+}
+
+asio::awaitable<bool> GenerationSession::answer_stream() {
+  http::response<http::empty_body> header{http::status::ok, 11};
+  header.set(http::field::content_type, "text/event-stream");
+  header.set(http::field::cache_control, "no-cache");
+  header.set("X-Accel-Buffering", "no");
+  connection_.add_common_headers(header);
+  header.keep_alive(connection_.keep_alive());
+  if (connection_.keep_alive()) header.set(http::field::connection, "keep-alive");
+  header.chunked(true);
+  http::response_serializer<http::empty_body> serializer{header};
+  auto [error, written] = co_await http::async_write_header(connection_.stream(), serializer,
+                                                            asio::as_tuple(asio::use_awaitable));
+  (void)written;
+  if (error) {
+    cancel_request();
+    co_return false;
+  }
+
+  const double ping_seconds = context_.options().sse_ping_interval_seconds;
+  const auto ping_interval =
+      ping_seconds > 0
+          ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ping_seconds))
+          : Clock::duration(std::chrono::hours(24));
+  const bool want_logprobs = request_.sampling.logprobs;
+  std::string pending;
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    pending = ResponseBuilder::sse_event(builder_.role_chunk());
+  }
+  bool succeeded = false;
+  Clock::time_point last_write = Clock::now();
+  for (;;) {
+    while (!finished_) {
+      std::optional<EngineOutput> output = stream_->try_pop();
+      if (!output) break;
+      observe(*output);
+      if (!output->text.empty() || (want_logprobs && !output->logprobs.empty())) {
+        pending += ResponseBuilder::sse_event(
+            builder_.text_chunk(output->text, want_logprobs, output->logprobs));
+      }
+      if (!output->finished) continue;
+      finished_ = true;
+      finish_metrics(*output);
+      if (output->status.ok()) {
+        pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason));
+        if (request_.include_usage) {
+          const Usage usage{output->prompt_tokens, output->completion_tokens,
+                            output->cached_prompt_tokens};
+          pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
+        }
+        pending += "data: [DONE]\n\n";
+        succeeded = true;
+      } else {
+        // The 200 is gone already: the error goes in the stream, and no [DONE] follows, so
+        // that clients do not take a failed answer for a complete one.
+        pending += ResponseBuilder::sse_event(ApiError::from_status(output->status).to_json());
+      }
+    }
+    if (!pending.empty()) {
+      if (!co_await write_chunk(std::move(pending))) {
+        cancel_request();
+        co_return false;
+      }
+      pending.clear();
+      last_write = Clock::now();
+    }
+    if (finished_) {
+      const bool ended = co_await end_stream();
+      co_return ended&& succeeded;
+    }
+    if (client_gone_) {
+      cancel_request();
+      co_return false;
+    }
+    const Clock::time_point next_ping = last_write + ping_interval;
+    if (Clock::now() >= next_ping) {
+      pending = ": ping\n\n";  // an SSE comment: clients skip it, proxies see traffic
+      continue;
+    }
+    co_await wait(next_ping);
+  }
+}
+
+asio::awaitable<bool> GenerationSession::write_chunk(std::string data) {
+  auto [error, written] =
+      co_await asio::async_write(connection_.stream(), http::make_chunk(asio::buffer(data)),
+                                 asio::as_tuple(asio::use_awaitable));
+  (void)written;
+  co_return !error;
+}
+
+asio::awaitable<bool> GenerationSession::end_stream() {
+  auto [error, written] = co_await asio::async_write(connection_.stream(), http::make_chunk_last(),
+                                                     asio::as_tuple(asio::use_awaitable));
+  (void)written;
+  co_return !error;
+}
+
+asio::awaitable<void> GenerationSession::wait(Clock::time_point until) {
+  timer_.expires_at(until);
+  auto [error] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+  (void)error;  // cancelled = woken up
+}
+
+void GenerationSession::start_watching() {
+  if (stop_watching_ || client_gone_) return;
+  beast::flat_buffer& buffer = connection_.buffer();
+  if (buffer.size() >= kMaxBufferedBytes) return;
+  watching_ = true;
+  // The handler runs on the strand; stop_watching() waits for it before the session ends.
+  connection_.stream().async_read_some(
+      buffer.prepare(kReadChunkBytes),
+      [this, alive = std::weak_ptr<bool>(alive_)](beast::error_code error, size_t bytes) {
+        if (alive.expired()) return;  // only if an exception skipped stop_watching()
+        watching_ = false;
+        if (!error) {
+          connection_.buffer().commit(bytes);
+          start_watching();
+        } else if (error != asio::error::operation_aborted) {
+          client_gone_ = true;  // EOF or reset: nobody will read the answer
+        }
+        if (!watching_) waker_->wake();
+      });
+}
+
+asio::awaitable<void> GenerationSession::stop_watching() {
+  stop_watching_ = true;
+  if (!watching_) co_return;
+  beast::error_code ignored;
+  connection_.stream().socket().cancel(ignored);
+  while (watching_) co_await wait(Clock::now() + std::chrono::seconds(1));
+}
+
+void GenerationSession::observe(const EngineOutput& output) {
+  if (output.tokens.empty()) return;
+  const Clock::time_point now = Clock::now();
+  if (!got_first_token_) {
+    got_first_token_ = true;
+    context_.metrics().observe_time_to_first_token(
+        std::chrono::duration<double>(now - submit_time_).count());
+    if (output.tokens.size() > 1) {
+      for (size_t i = 1; i < output.tokens.size(); ++i) {
+        context_.metrics().observe_inter_token_latency(0.0);
+      }
+    }
+  } else {
+    // Tokens that arrive together (speculative decoding, a slow reader) share the gap.
+    const double gap = std::chrono::duration<double>(now - last_token_time_).count() /
+                       static_cast<double>(output.tokens.size());
+    for (size_t i = 0; i < output.tokens.size(); ++i) {
+      context_.metrics().observe_inter_token_latency(gap);
+    }
+  }
+  last_token_time_ = now;
+}
+
+void GenerationSession::finish_metrics(const EngineOutput& output) {
+  context_.metrics().observe_e2e_latency(
+      std::chrono::duration<double>(Clock::now() - submit_time_).count());
+  context_.metrics().count_request_end(end_of(output));
+}
+
+void GenerationSession::cancel_request() {
+  if (finished_ || !stream_) return;
+  finished_ = true;
+  model_->engine->cancel(stream_->id());
+  context_.metrics().observe_e2e_latency(
+      std::chrono::duration<double>(Clock::now() - submit_time_).count());
+  context_.metrics().count_request_end(RequestEnd::kAbort);
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,47 @@
+// OpenAiRequest: a POST /v1/chat/completions or /v1/completions body, checked field by field
+// and turned into native values. Wrong types and out-of-range values become a 400 ApiError
+// that names the field in `param`; fields tachyon does not know are ignored (SDK upgrades add
+// fields all the time).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "runtime/engine_request.h"
+#include "sampling/sampling_params.h"
+#include "server/api_error.h"
+
+namespace tachyon::server {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;
+  // Chat: messages ready for the chat template: "developer" became "system", content arrays
+  // were joined into one string, other keys (name, tool_calls, tool_call_id) kept.
+  boost::json::array messages;
+  // Completions: the prompt as text, or as token ids.
+  std::optional<std::string> prompt_text;
+  std::vector<TokenId> prompt_tokens;
+  // max_tokens is set only when the client gave max_tokens / max_completion_tokens (the
+  // smaller of the two when both); logprobs/top_logprobs hold the request's choice.
+  SamplingParams sampling;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  Priority priority = Priority::kNormal;
+  std::string cache_salt;
+};
+
+// Parses the body as JSON: 400 with a position on malformed JSON, 400 when it is not an object.
+std::optional<ApiError> parse_json_body(std::string_view body, boost::json::value& out);
+
+// Checks and converts one request body; nullopt on success.
+std::optional<ApiError> parse_openai_request(Endpoint endpoint, const boost::json::value& body,
+                                             OpenAiRequest& out);
+
+}  // namespace tachyon::server

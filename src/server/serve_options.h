@@ -1,0 +1,39 @@
+// What `tachyon serve` tells the HTTP layer: where to listen, the served model's id, and the
+// limits that protect the process from clients.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace tachyon::server {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (see HttpServer::port())
+  // The id clients put in "model": the alias, else the model file's name without ".gguf".
+  std::string model_id;
+  size_t max_body_bytes = 16 << 20;
+  size_t max_header_bytes = 64 << 10;
+  double request_timeout_seconds = 600;  // engine deadline per request
+  double sse_ping_interval_seconds = 5;  // ": ping" while a stream has nothing else to send
+  double shutdown_timeout_seconds = 30;  // drain time for running requests on SIGTERM
+  double idle_timeout_seconds = 120;     // a keep-alive connection waiting for its next request
+  int io_threads = 2;
+};
+
+// KV cache memory as given on the command line: a fraction of free RAM ("0.25") or a size
+// ("2GiB", "512MiB", "1.5GB", "1000000").
+struct MemoryAmount {
+  double fraction = 0;  // set when given as a fraction in (0, 1]
+  int64_t bytes = 0;    // set when given as a size
+};
+Result<MemoryAmount> parse_memory_amount(std::string_view text);
+
+// "Qwen2.5-0.5B.Q4_0.gguf" → "Qwen2.5-0.5B.Q4_0": the path's file name without a .gguf suffix.
+std::string model_id_from_path(std::string_view path);
+
+}  // namespace tachyon::server

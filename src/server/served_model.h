@@ -1,0 +1,27 @@
+// ServedModel: what the HTTP layer needs of the loaded model. The objects it points to are
+// owned by the serve command and outlive every request.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tachyon {
+class Engine;
+}
+
+namespace tachyon::server {
+
+struct ServedModel {
+  std::string id;       // what "model" must say
+  int64_t created = 0;  // unix seconds, for /v1/models
+  Engine* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat answers 400)
+  std::string bos_token, eos_token;             // texts the chat template may print
+  int max_context = 0;                          // Engine::max_context()
+};
+
+}  // namespace tachyon::server

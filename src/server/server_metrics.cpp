@@ -1,0 +1,167 @@
+#include "server/server_metrics.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "runtime/engine.h"
+
+namespace tachyon::server {
+namespace {
+
+// Prometheus label values escape backslash, quote and newline.
+std::string escape_label(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+// Shortest exact form: "0.005", "1", "1e-05", "+Inf".
+std::string format_value(double value) {
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);
+}
+
+void append_header(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename T>
+void append_single(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help, std::string_view labels, T value) {
+  append_header(out, name, type, help);
+  if constexpr (std::is_floating_point_v<T>) {
+    out += fmt::format("{}{{{}}} {}\n", name, labels, format_value(value));
+  } else {
+    out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  }
+}
+
+std::string join_labels(std::string_view base, std::string_view extra) {
+  if (base.empty()) return std::string(extra);
+  if (extra.empty()) return std::string(base);
+  return fmt::format("{},{}", base, extra);
+}
+
+}  // namespace
+
+const char* request_end_name(RequestEnd end) {
+  switch (end) {
+    case RequestEnd::kStop:
+      return "stop";
+    case RequestEnd::kLength:
+      return "length";
+    case RequestEnd::kAbort:
+      return "abort";
+    case RequestEnd::kError:
+      return "error";
+  }
+  return "error";
+}
+
+ServerMetrics::ServerMetrics()
+    // 1 ms … ~65 s for time to first token and whole requests; 1 ms … ~8 s between tokens.
+    : time_to_first_token_(Histogram::exponential_bounds(0.001, 2.0, 17)),
+      inter_token_latency_(Histogram::exponential_bounds(0.001, 2.0, 14)),
+      e2e_latency_(Histogram::exponential_bounds(0.01, 2.0, 17)) {}
+
+void ServerMetrics::count_request_end(RequestEnd end) {
+  request_ends_[static_cast<size_t>(end)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void append_prometheus_histogram(std::string& out, std::string_view name, std::string_view help,
+                                 std::string_view labels, const Histogram::Snapshot& snapshot) {
+  append_header(out, name, "histogram", help);
+  for (size_t i = 0; i < snapshot.upper_bounds.size(); ++i) {
+    out += fmt::format(
+        "{}_bucket{{{}}} {}\n", name,
+        join_labels(labels, fmt::format("le=\"{}\"", format_value(snapshot.upper_bounds[i]))),
+        snapshot.cumulative_counts[i]);
+  }
+  out +=
+      fmt::format("{}_bucket{{{}}} {}\n", name, join_labels(labels, "le=\"+Inf\""), snapshot.count);
+  out += fmt::format("{}_sum{{{}}} {}\n", name, labels, format_value(snapshot.sum));
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, snapshot.count);
+}
+
+std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view model_name) const {
+  const std::string labels = fmt::format("model_name=\"{}\"", escape_label(model_name));
+  std::string out;
+  append_single(out, "tachyon:model_loaded", "gauge", "1 when the model is loaded and serving.",
+                labels, engine ? 1 : 0);
+  if (engine != nullptr) {
+    append_single(out, "tachyon:num_requests_running", "gauge",
+                  "Requests the engine is running now.", labels, engine->num_running);
+    append_single(out, "tachyon:num_requests_waiting", "gauge", "Requests waiting to be admitted.",
+                  labels, engine->num_waiting);
+    append_single(out, "tachyon:prompt_tokens_total", "counter",
+                  "Prompt tokens of admitted requests.", labels, engine->prompt_tokens_total);
+    append_single(out, "tachyon:generation_tokens_total", "counter", "Generated tokens.", labels,
+                  engine->generation_tokens_total);
+    append_single(out, "tachyon:kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.",
+                  labels, engine->kv_blocks_total);
+    append_single(out, "tachyon:kv_cache_blocks_used", "gauge",
+                  "KV cache blocks held by running requests.", labels, engine->kv_blocks_used);
+    append_single(out, "tachyon:kv_cache_blocks_cached", "gauge",
+                  "Free KV cache blocks that still hold reusable prefixes.", labels,
+                  engine->kv_blocks_cached);
+    append_single(out, "tachyon:kv_cache_usage_ratio", "gauge",
+                  "Fraction of KV cache blocks held by running requests.", labels,
+                  engine->kv_blocks_total > 0
+                      ? static_cast<double>(engine->kv_blocks_used) / engine->kv_blocks_total
+                      : 0.0);
+    append_single(out, "tachyon:prefix_cache_queries_total", "counter",
+                  "Prompt tokens looked up in the prefix cache.", labels,
+                  engine->prefix_cache_queried_tokens_total);
+    append_single(out, "tachyon:prefix_cache_hits_total", "counter",
+                  "Prompt tokens found in the prefix cache.", labels,
+                  engine->prefix_cache_hit_tokens_total);
+    append_single(out, "tachyon:prefix_cache_hit_rate", "gauge",
+                  "Prefix cache hits / queries over the server's lifetime.", labels,
+                  engine->prefix_cache_queried_tokens_total > 0
+                      ? static_cast<double>(engine->prefix_cache_hit_tokens_total) /
+                            engine->prefix_cache_queried_tokens_total
+                      : 0.0);
+    append_single(out, "tachyon:num_preemptions_total", "counter",
+                  "Running requests preempted to free KV memory.", labels,
+                  engine->preemptions_total);
+    append_single(out, "tachyon:engine_steps_total", "counter", "Engine steps run.", labels,
+                  engine->steps_total);
+    append_prometheus_histogram(out, "tachyon:iteration_tokens", "Tokens computed per engine step.",
+                                labels, engine->tokens_per_step);
+  }
+  append_header(out, "tachyon:request_success_total", "counter",
+                "Requests finished, by how they ended (stop, length, abort, error).");
+  for (RequestEnd end :
+       {RequestEnd::kStop, RequestEnd::kLength, RequestEnd::kAbort, RequestEnd::kError}) {
+    out += fmt::format(
+        "tachyon:request_success_total{{{}}} {}\n",
+        join_labels(labels, fmt::format("finished_reason=\"{}\"", request_end_name(end))),
+        request_ends_[static_cast<size_t>(end)].load(std::memory_order_relaxed));
+  }
+  append_single(out, "tachyon:http_requests_total", "counter", "HTTP requests answered.", labels,
+                http_requests_.load(std::memory_order_relaxed));
+  append_prometheus_histogram(out, "tachyon:time_to_first_token_seconds",
+                              "Seconds from submit to the first generated token.", labels,
+                              time_to_first_token_.snapshot());
+  append_prometheus_histogram(out, "tachyon:inter_token_latency_seconds",
+                              "Seconds between consecutive generated tokens.", labels,
+                              inter_token_latency_.snapshot());
+  append_prometheus_histogram(out, "tachyon:e2e_request_latency_seconds",
+                              "Seconds from submit to the end of a request.", labels,
+                              e2e_latency_.snapshot());
+  return out;
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,53 @@
+// ServerMetrics: what the HTTP layer measures itself (latencies seen from the server, finished
+// requests by reason) and the Prometheus text of /metrics, which also carries the engine's
+// counters and gauges. Thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/histogram.h"
+
+namespace tachyon {
+struct EngineMetrics;
+}
+
+namespace tachyon::server {
+
+// How a request ended, for tachyon:request_success_total{finished_reason=...}.
+enum class RequestEnd { kStop, kLength, kAbort, kError };
+const char* request_end_name(RequestEnd end);
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  // Seconds from submit to the first generated token.
+  void observe_time_to_first_token(double seconds) { time_to_first_token_.observe(seconds); }
+  // Seconds between consecutive generated tokens.
+  void observe_inter_token_latency(double seconds) { inter_token_latency_.observe(seconds); }
+  // Seconds from submit to the finishing event.
+  void observe_e2e_latency(double seconds) { e2e_latency_.observe(seconds); }
+  void count_request_end(RequestEnd end);
+  // HTTP requests answered (tachyon:http_requests_total).
+  void count_http_request() { http_requests_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Prometheus text exposition format 0.0.4. `engine` is null while the model loads.
+  std::string render(const EngineMetrics* engine, std::string_view model_name) const;
+
+ private:
+  Histogram time_to_first_token_;
+  Histogram inter_token_latency_;
+  Histogram e2e_latency_;
+  std::array<std::atomic<uint64_t>, 4> request_ends_{};
+  std::atomic<uint64_t> http_requests_{0};
+};
+
+// Appends one histogram in Prometheus form (_bucket{le=...}, _sum, _count), with HELP/TYPE.
+void append_prometheus_histogram(std::string& out, std::string_view name, std::string_view help,
+                                 std::string_view labels, const Histogram::Snapshot& snapshot);
+
+}  // namespace tachyon::server
