@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 300
 MODEL ?=
 
-.PHONY: all setup build test test-asan fuzz fuzz-smoke chat format clean
+.PHONY: all setup build test test-asan fuzz fuzz-smoke chat serve format clean
 
 all: build
 
@@ -21,6 +21,13 @@ build:
 # The main job: an interactive chat with the default model (MODEL=path for another).
 chat: setup build
 	@$(BUILD_DIR)/tachyon chat $(if $(MODEL),-m $(MODEL))
+
+# The server: OpenAI-compatible API on 127.0.0.1:8080 with the default model (MODEL=path for
+# another, PORT=N for another port). Once ready it prints a curl line and an openai snippet;
+# Ctrl-C drains running requests and stops it.
+PORT ?= 8080
+serve: setup build
+	@exec $(BUILD_DIR)/tachyon serve --port $(PORT) $(if $(MODEL),-m $(MODEL))
 
 test: setup build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

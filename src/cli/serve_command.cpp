@@ -70,8 +70,20 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("model loaded in {:.2f} s: context {} tokens, {} KV blocks", seconds,
                loaded.engine->max_context(), loaded.engine->metrics().kv_blocks_total);
-  std::fprintf(stderr, "tachyon: serving %s on http://%s:%d\n", options.serve.model_id.c_str(),
-               options.serve.host.c_str(), http_server.port());
+  const std::string url = fmt::format("http://{}:{}", options.serve.host, http_server.port());
+  const std::string& id = options.serve.model_id;
+  std::fprintf(stderr, "tachyon: serving %s on %s\n", id.c_str(), url.c_str());
+  // How to talk to it, ready to paste (stderr, like every other message).
+  std::fprintf(stderr,
+               "\n  curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+               "    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
+               "\"Hello!\"}]}'\n\n"
+               "  python3 -c 'from openai import OpenAI  # pip install openai\n"
+               "client = OpenAI(base_url=\"%s/v1\", api_key=\"none\")\n"
+               "for chunk in client.chat.completions.create(model=\"%s\", stream=True,\n"
+               "        messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]):\n"
+               "    print(chunk.choices[0].delta.content or \"\", end=\"\", flush=True)'\n\n",
+               url.c_str(), id.c_str(), url.c_str(), id.c_str());
   return Status();
 }
 
