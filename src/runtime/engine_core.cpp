@@ -189,6 +189,7 @@ void EngineCore::step() {
   fail_expired();
   SchedulerOutput output = scheduler_.schedule();
   if (output.empty()) return;
+  publish_metrics(0);  // running/waiting as of this step, before a possibly long forward pass
   Status status = runner_.execute(output);
   if (!status.ok()) {
     // Not expected (inputs were validated); fail the step's requests rather than the process.
