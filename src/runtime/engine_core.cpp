@@ -46,12 +46,14 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
                            Sampler::create(request.sampling, tokenizer_.vocabulary_size()));
   std::lock_guard<std::mutex> lock(inbox_mutex_);
   if (stopping_) return unavailable("the engine is shutting down");
-  int num_waiting;
+  // Requests beyond the free running slots wait; at most max_waiting_requests of them.
+  int num_queued;
   {
     std::lock_guard<std::mutex> metrics_lock(metrics_mutex_);
-    num_waiting = metrics_.num_waiting;
+    num_queued = metrics_.num_waiting + metrics_.num_running - options_.max_running_requests;
   }
-  if (num_waiting + static_cast<int>(submissions_.size()) >= options_.max_waiting_requests) {
+  num_queued += static_cast<int>(submissions_.size());
+  if (num_queued >= options_.max_waiting_requests) {
     return unavailable(fmt::format("{} requests are already waiting", options_.max_waiting_requests));
   }
   const RequestId id = next_id_++;

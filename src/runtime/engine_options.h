@@ -13,7 +13,8 @@ struct EngineOptions {
   int max_batch_tokens = 256;
   // Most sequences running at once.
   int max_running_requests = 64;
-  // Requests waiting beyond this are refused (kUnavailable: retry later).
+  // Requests that would wait for a running slot beyond this many are refused (kUnavailable:
+  // retry later). 0: never queue, refuse when every slot is busy.
   int max_waiting_requests = 1024;
   // Tokens per KV block.
   int block_size = 16;

@@ -154,7 +154,6 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
   if (request_.endpoint == Endpoint::kChatCompletions) {
     pending = ResponseBuilder::sse_event(builder_.role_chunk());
   }
-  bool succeeded = false;
   Clock::time_point last_write = Clock::now();
   for (;;) {
     while (!finished_) {
@@ -176,7 +175,6 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
           pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
         }
         pending += "data: [DONE]\n\n";
-        succeeded = true;
       } else {
         // The 200 is gone already: the error goes in the stream, and no [DONE] follows, so
         // that clients do not take a failed answer for a complete one.
@@ -192,8 +190,9 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
       last_write = Clock::now();
     }
     if (finished_) {
-      const bool ended = co_await end_stream();
-      co_return ended&& succeeded;
+      // A stream that ended in an error event is still a complete HTTP response: the
+      // connection stays usable (pooling clients reuse it).
+      co_return co_await end_stream();
     }
     if (client_gone_) {
       cancel_request();
