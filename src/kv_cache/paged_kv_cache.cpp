@@ -74,18 +74,24 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
 }
 
 void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
-                              float* keys_by_dimension, float* values) const {
+                              float* keys_by_dimension, int64_t key_stride, float* values) const {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
   const uint8_t* keys_in = storage_.get() + head_offset(layer, block, 0, kv_head);
   const uint8_t* values_in = storage_.get() + head_offset(layer, block, 1, kv_head);
   const int64_t value_elements = static_cast<int64_t>(count) * head_size_;
   if (type_ == DType::kF16) {
-    // Whole key columns, written or not: slots past `count` are never read by attention.
-    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(keys_in), keys_by_dimension,
-                            head_elements());
+    const uint16_t* key_columns = reinterpret_cast<const uint16_t*>(keys_in);
+    for (int d = 0; d < head_size_; ++d) {
+      kernels::f16_to_f32_row(key_columns + d * block_size_, keys_by_dimension + d * key_stride,
+                              count);
+    }
     kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(values_in), values, value_elements);
   } else {
-    std::memcpy(keys_by_dimension, keys_in, head_elements() * sizeof(float));
+    const float* key_columns = reinterpret_cast<const float*>(keys_in);
+    for (int d = 0; d < head_size_; ++d) {
+      std::memcpy(keys_by_dimension + d * key_stride, key_columns + d * block_size_,
+                  count * sizeof(float));
+    }
     std::memcpy(values, values_in, value_elements * sizeof(float));
   }
 }

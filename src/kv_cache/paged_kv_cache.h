@@ -40,10 +40,10 @@ class PagedKvCache {
   void store(int layer, std::span<const int64_t> slots, const float* keys, const float* values);
 
   // The first `count` positions of `block` for one KV head, widened to f32:
-  // keys_by_dimension: f32 [head_size, block_size] (row d = dimension d of every position);
-  // values: f32 [count, head_size].
+  // keys_by_dimension: f32 [head_size, key_stride] (row d = dimension d of every position;
+  //   columns [0, count) are written); values: f32 [count, head_size].
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
-                  float* values) const;
+                  int64_t key_stride, float* values) const;
 
  private:
   PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks, int block_size,

@@ -68,6 +68,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   // Work items: a KV head of a run of up to 16 consecutive new tokens of one sequence; the
   // run's blocks are widened to f32 once and shared by its tokens.
   constexpr int kTokensPerRun = 16;
+  constexpr int kSpanPositions = 128;
   struct Run {
     int sequence;
     int first_token;  // index in the batch
@@ -85,15 +86,18 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     }
   }
   const int64_t work = static_cast<int64_t>(runs.size()) * shape.num_kv_heads;
+  // Positions are folded into the online softmax a span at a time: whole blocks, aligned to
+  // absolute positions, so a token's arithmetic depends only on its own context length.
+  const int span = block_size * std::max(1, kSpanPositions / block_size);
   pool.run([&](int thread_index, int num_threads) {
-    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, block_size]
-    thread_local std::vector<float> values;             // f32 [block_size, head_size]
-    thread_local std::vector<float> scores;             // f32 [group, block_size]
+    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
+    thread_local std::vector<float> values;             // f32 [span, head_size]
+    thread_local std::vector<float> scores;             // f32 [group, span]
     thread_local std::vector<float> running_max, running_sum;  // f32 [run tokens, group]
     thread_local std::vector<float> accumulator;        // f32 [run tokens, group, head_size]
-    keys_by_dimension.resize(static_cast<size_t>(head_size) * block_size);
-    values.resize(static_cast<size_t>(block_size) * head_size);
-    scores.resize(static_cast<size_t>(group) * block_size);
+    keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
+    values.resize(static_cast<size_t>(span) * head_size);
+    scores.resize(static_cast<size_t>(group) * span);
     running_max.resize(kTokensPerRun * group);
     running_sum.resize(kTokensPerRun * group);
     accumulator.resize(static_cast<size_t>(kTokensPerRun) * group * head_size);
@@ -107,18 +111,22 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       // Positions seen by the run's last token (each token sees itself and everything before).
       const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
-      for (int block = 0; block * block_size < run_end; ++block) {
-        const int block_start = block * block_size;
-        const int count = std::min(block_size, run_end - block_start);
-        cache.load_block(layer, kv_head, sequence.block_table[block], count,
-                         keys_by_dimension.data(), values.data());
+      for (int span_start = 0; span_start < run_end; span_start += span) {
+        const int span_count = std::min(span, run_end - span_start);
+        for (int offset = 0; offset < span_count; offset += block_size) {
+          const int block = (span_start + offset) / block_size;
+          cache.load_block(layer, kv_head, sequence.block_table[block],
+                           std::min(block_size, span_count - offset),
+                           keys_by_dimension.data() + offset, span,
+                           values.data() + static_cast<size_t>(offset) * head_size);
+        }
         for (int i = 0; i < run.num_tokens; ++i) {
           const int token = run.first_token + i;
-          const int visible = std::min(block_size, batch.positions[token] + 1 - block_start);
+          const int visible = std::min(span_count, batch.positions[token] + 1 - span_start);
           if (visible <= 0) continue;
           kernels::attention_block_update(
               queries + token * q_stride + head_offset, group, head_size, shape.scale, visible,
-              keys_by_dimension.data(), block_size, values.data(), scores.data(),
+              keys_by_dimension.data(), span, values.data(), scores.data(),
               running_max.data() + i * group, running_sum.data() + i * group,
               accumulator.data() + static_cast<size_t>(i) * group * head_size);
         }

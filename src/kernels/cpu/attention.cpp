@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/fast_exp.h"
+
 namespace tachyon::kernels {
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_group(
@@ -45,41 +47,64 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_grou
 
 namespace tachyon::kernels {
 
+// Register-blocked: scores are built 16 positions at a time across all dimensions, and each
+// 16-wide slice of a head's output is rescaled and accumulated over all positions, so every
+// partial sum stays in a register instead of going back to memory once per dimension.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_block_update(
     const float* queries, int group, int head_size, float scale, int num_positions,
     const float* keys_by_dimension, int64_t key_stride, const float* values, float* scores,
     float* running_max, float* running_sum, float* accumulator) {
+  constexpr int kLanes = 16;
   for (int h = 0; h < group; ++h) {
     const float* q = queries + h * head_size;
     float* row = scores + h * num_positions;
-    std::fill(row, row + num_positions, 0.0f);
-    for (int d = 0; d < head_size; ++d) {
-      const float qd = q[d] * scale;
-      const float* k = keys_by_dimension + d * key_stride;
-      for (int p = 0; p < num_positions; ++p) row[p] += qd * k[p];
+    for (int p0 = 0; p0 < num_positions; p0 += kLanes) {
+      const int lanes = num_positions - p0 < kLanes ? num_positions - p0 : kLanes;
+      float partial[kLanes] = {};
+      if (lanes == kLanes) {
+        for (int d = 0; d < head_size; ++d) {
+          const float qd = q[d] * scale;
+          const float* k = keys_by_dimension + d * key_stride + p0;
+          for (int j = 0; j < kLanes; ++j) partial[j] += qd * k[j];
+        }
+      } else {
+        for (int d = 0; d < head_size; ++d) {
+          const float qd = q[d] * scale;
+          const float* k = keys_by_dimension + d * key_stride + p0;
+          for (int j = 0; j < lanes; ++j) partial[j] += qd * k[j];
+        }
+      }
+      for (int j = 0; j < lanes; ++j) row[p0 + j] = partial[j];
     }
     float block_max = -std::numeric_limits<float>::infinity();
     for (int p = 0; p < num_positions; ++p) block_max = std::max(block_max, row[p]);
     const float new_max = std::max(running_max[h], block_max);
     // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
-    const float correction = std::exp(running_max[h] - new_max);
+    const float correction = exp_nonpositive(running_max[h] - new_max);
     float block_sum = 0.0f;
     for (int p = 0; p < num_positions; ++p) {
-      row[p] = std::exp(row[p] - new_max);
+      row[p] = exp_nonpositive(row[p] - new_max);
       block_sum += row[p];
     }
     running_sum[h] = running_sum[h] * correction + block_sum;
     running_max[h] = new_max;
+
     float* acc = accumulator + h * head_size;
-    for (int d = 0; d < head_size; ++d) acc[d] *= correction;
-  }
-  // Values are read once for the whole group.
-  for (int p = 0; p < num_positions; ++p) {
-    const float* v = values + static_cast<int64_t>(p) * head_size;
-    for (int h = 0; h < group; ++h) {
-      const float weight = scores[h * num_positions + p];
-      float* acc = accumulator + h * head_size;
-      for (int d = 0; d < head_size; ++d) acc[d] += weight * v[d];
+    int d0 = 0;
+    for (; d0 + kLanes <= head_size; d0 += kLanes) {
+      float slice[kLanes];
+      for (int j = 0; j < kLanes; ++j) slice[j] = acc[d0 + j] * correction;
+      for (int p = 0; p < num_positions; ++p) {
+        const float weight = row[p];
+        const float* v = values + static_cast<int64_t>(p) * head_size + d0;
+        for (int j = 0; j < kLanes; ++j) slice[j] += weight * v[j];
+      }
+      for (int j = 0; j < kLanes; ++j) acc[d0 + j] = slice[j];
+    }
+    for (int d = d0; d < head_size; ++d) {
+      float sum = acc[d] * correction;
+      for (int p = 0; p < num_positions; ++p) sum += row[p] * values[static_cast<int64_t>(p) * head_size + d];
+      acc[d] = sum;
     }
   }
 }
