@@ -23,6 +23,10 @@ struct Request {
   RequestId id = 0;
   Priority priority = Priority::kNormal;
   uint64_t arrival = 0;  // order of submission; kept across preemptions
+  // Who sent it (an API key) and its share: within a priority, tenants are served by weighted
+  // fair queuing on the tokens computed for them.
+  uint64_t tenant = 0;
+  double tenant_weight = 1.0;
 
   std::vector<int32_t> tokens;  // the prompt, then every sampled token
   int num_prompt_tokens = 0;

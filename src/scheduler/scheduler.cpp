@@ -8,9 +8,52 @@ namespace tachyon {
 
 Scheduler::Scheduler(SchedulerConfig config, KvBlockPool& pool) : config_(config), pool_(pool) {}
 
+double Scheduler::virtual_time(uint64_t tenant) const {
+  auto found = tenants_.find(tenant);
+  return found == tenants_.end() ? 0.0 : found->second.virtual_time;
+}
+
+bool Scheduler::fairly_before(const Request* a, const Request* b) const {
+  if (a->priority != b->priority) return a->priority < b->priority;
+  const double time_a = virtual_time(a->tenant), time_b = virtual_time(b->tenant);
+  if (time_a != time_b) return time_a < time_b;
+  return a->arrival < b->arrival;
+}
+
+std::set<Request*, Scheduler::ServeOrder>::iterator Scheduler::next_waiting() {
+  auto best = waiting_.begin();
+  for (auto it = std::next(best); it != waiting_.end() && (*it)->priority == (*best)->priority;
+       ++it) {
+    if (fairly_before(*it, *best)) best = it;
+  }
+  return best;
+}
+
+void Scheduler::tenant_arrives(const Request& request) {
+  Tenant& tenant = tenants_[request.tenant];
+  if (tenant.num_requests++ > 0) return;
+  // A tenant that was idle starts level with the least-served active tenant: being away earns
+  // no credit to starve the others with later.
+  double floor = -1;
+  for (const auto& [id, other] : tenants_) {
+    if (id != request.tenant && other.num_requests > 0 &&
+        (floor < 0 || other.virtual_time < floor)) {
+      floor = other.virtual_time;
+    }
+  }
+  tenant.virtual_time = std::max(tenant.virtual_time, floor);
+}
+
+void Scheduler::tenant_leaves(const Request& request) {
+  auto found = tenants_.find(request.tenant);
+  if (found == tenants_.end()) return;
+  --found->second.num_requests;
+}
+
 void Scheduler::add(std::unique_ptr<Request> request) {
   Request* raw = request.get();
   raw->state = RequestState::kWaiting;
+  tenant_arrives(*raw);
   requests_[raw->id] = std::move(request);
   waiting_.insert(raw);
 }
@@ -29,6 +72,7 @@ void Scheduler::remove(RequestId id) {
     running_.erase(std::find(running_.begin(), running_.end(), request));
   }
   pool_.release(request->blocks);
+  tenant_leaves(*request);
   requests_.erase(id);
 }
 
@@ -77,39 +121,58 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput output;
   int budget = config_.max_batch_tokens;
+  // Kept in preemption order: the last one is the least urgent (lowest priority, latest).
   std::sort(running_.begin(), running_.end(), ServeOrder());
 
-  // Running requests, most urgent first.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Request* request = running_[i];
-    const int num_new = std::min(request->num_uncomputed_tokens(), budget);
-    if (num_new <= 0) {
-      ++i;
-      continue;
+  // Running requests: decodes first (one token each, so streams never stall behind a long
+  // prompt), then prompt chunks in fair order.
+  std::vector<Request*> order(running_.begin(), running_.end());
+  std::stable_sort(order.begin(), order.end(), [&](const Request* a, const Request* b) {
+    const bool a_decodes = a->num_uncomputed_tokens() <= 1;
+    const bool b_decodes = b->num_uncomputed_tokens() <= 1;
+    if (a_decodes != b_decodes) return a_decodes;
+    return fairly_before(a, b);
+  });
+  for (Request* request : order) {
+    if (budget <= 0) break;
+    if (request->state != RequestState::kRunning) continue;  // preempted in this loop
+    int num_new = std::min(request->num_uncomputed_tokens(), budget);
+    // A prompt chunk leaves half the budget to waiting requests, so a short request is not
+    // stuck behind a long prompt.
+    if (num_new > 1 && !waiting_.empty() &&
+        static_cast<int>(running_.size()) < config_.max_running_requests) {
+      num_new = std::max(1, std::min(num_new, (budget + 1) / 2));
     }
+    if (num_new <= 0) continue;
     bool preempted_self = false;
     while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
       // Make room by preempting the least urgent running request (the last one).
       Request* victim = running_.back();
       output.preempted.push_back(victim->id);
       preempt(victim);
+      // A victim already scheduled this step loses its slot in the batch.
+      std::erase_if(output.scheduled, [&](const ScheduledRequest& item) {
+        if (item.request != victim) return false;
+        budget += item.num_new_tokens;
+        return true;
+      });
       if (victim == request) {
         preempted_self = true;
         break;
       }
     }
-    if (preempted_self) break;
+    if (preempted_self) continue;
     output.scheduled.push_back(
         {request, num_new, request->num_computed_tokens + num_new == request->num_tokens()});
     budget -= num_new;
-    ++i;
   }
 
   // Waiting requests, in order, while there is room; none are admitted in a step that had to
   // preempt (the pool is full) and none jump ahead of a request that does not fit.
   while (output.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_running_requests) {
-    Request* request = *waiting_.begin();
+    auto next = next_waiting();
+    Request* request = *next;
     take_cached_prefix(request);
     const int num_new = std::min(request->num_uncomputed_tokens(), budget);
     if (!grow_blocks(request, request->num_computed_tokens + num_new)) {
@@ -124,7 +187,7 @@ SchedulerOutput Scheduler::schedule() {
       counters_.prefix_queried_tokens += request->num_prompt_tokens;
       counters_.prefix_hit_tokens += request->num_computed_tokens;
     }
-    waiting_.erase(waiting_.begin());
+    waiting_.erase(next);
     request->state = RequestState::kRunning;
     running_.push_back(request);
     output.scheduled.push_back(
@@ -139,6 +202,7 @@ void Scheduler::on_step_done(const SchedulerOutput& output) {
   for (const ScheduledRequest& item : output.scheduled) {
     Request* request = item.request;
     request->num_computed_tokens += item.num_new_tokens;
+    tenants_[request->tenant].virtual_time += item.num_new_tokens / request->tenant_weight;
     TACHYON_CHECK(request->num_computed_tokens <= request->num_tokens());
     const int num_full = request->num_computed_tokens / config_.block_size;
     extend_block_hashes(request, num_full);

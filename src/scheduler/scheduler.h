@@ -1,7 +1,9 @@
 // Picks each step's work under a token budget, with no prefill/decode phases: running requests
-// first (one token each when decoding, a chunk when still on their prompt), then waiting ones
-// while budget, sequence slots and KV blocks last. Priorities order both queues (high, normal,
-// low; first come, first served within one). When KV blocks run out, the lowest-priority, most
+// first (decodes, one token each, then prompt chunks), then waiting ones while budget, sequence
+// slots and KV blocks last. Priorities order both queues (high, normal, low). Within a
+// priority, tenants share by weighted fair queuing: the tenant that has been served the fewest
+// tokens (divided by its weight) goes first, so a heavy tenant cannot starve a light one; a
+// tenant's own requests are first come, first served. When KV blocks run out, the lowest-priority, most
 // recently arrived running request is preempted: its blocks are released (full ones stay in
 // the prefix cache) and it is recomputed later from its tokens, so its output does not change.
 // Not thread-safe: the engine thread owns it.
@@ -64,6 +66,13 @@ class Scheduler {
       return a->arrival < b->arrival;
     }
   };
+  // Fair order: priority, then the tenant's virtual time, then arrival.
+  bool fairly_before(const Request* a, const Request* b) const;
+  double virtual_time(uint64_t tenant) const;
+  // The waiting request to admit next (waiting_ must not be empty).
+  std::set<Request*, ServeOrder>::iterator next_waiting();
+  void tenant_arrives(const Request& request);
+  void tenant_leaves(const Request& request);
 
   // Moves a running request back to waiting, releasing its blocks.
   void preempt(Request* request);
@@ -81,6 +90,11 @@ class Scheduler {
   std::vector<Request*> running_;  // kept in ServeOrder
   std::set<Request*, ServeOrder> waiting_;
   SchedulerCounters counters_;
+  struct Tenant {
+    double virtual_time = 0;  // tokens computed for it / weight
+    int num_requests = 0;     // waiting or running
+  };
+  std::unordered_map<uint64_t, Tenant> tenants_;
 };
 
 }  // namespace tachyon

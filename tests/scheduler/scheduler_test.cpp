@@ -107,5 +107,53 @@ TEST(SchedulerTest, HigherPriorityWaitsLess) {
   EXPECT_EQ(output.scheduled[0].request->id, 2u);
 }
 
+// A long prompt that arrived first neither takes the budget from later requests' decodes nor
+// keeps a short request waiting.
+TEST(SchedulerTest, ShortRequestsAreNotStuckBehindLongPrompts) {
+  KvBlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 32, .max_running_requests = 8, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 200));  // prefills in chunks
+  step(scheduler);
+  scheduler.add(make_request(2, 4));
+  // The long prompt's chunk leaves half the budget: request 2 is admitted at once.
+  SchedulerOutput second = step(scheduler);
+  ASSERT_EQ(second.scheduled.size(), 2u);
+  EXPECT_EQ(second.scheduled[0].request->id, 1u);
+  EXPECT_EQ(second.scheduled[0].num_new_tokens, 16);
+  EXPECT_EQ(second.scheduled[1].request->id, 2u);
+  EXPECT_TRUE(second.scheduled[1].samples_next_token);
+  // Now request 2 decodes, and its token comes before request 1's chunk.
+  SchedulerOutput third = step(scheduler);
+  ASSERT_EQ(third.scheduled.size(), 2u);
+  EXPECT_EQ(third.scheduled[0].request->id, 2u);
+  EXPECT_EQ(third.scheduled[0].num_new_tokens, 1);
+  EXPECT_EQ(third.scheduled[1].num_new_tokens, 31);
+}
+
+// Within a priority, a tenant with many queued requests does not starve a tenant with few:
+// admission alternates by tokens served, not by arrival.
+TEST(SchedulerTest, TenantsShareByWeightedFairQueuing) {
+  KvBlockPool pool(256, false);
+  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 1, .block_size = 16}, pool);
+  for (RequestId id = 1; id <= 10; ++id) {
+    auto request = make_request(id, 20);
+    request->tenant = 1;  // heavy tenant: ten requests queued first
+    scheduler.add(std::move(request));
+  }
+  auto light = make_request(11, 20);
+  light->tenant = 2;
+  scheduler.add(std::move(light));
+  // One running slot: serve a request to completion, then see who is admitted next.
+  std::vector<uint64_t> admitted_tenants;
+  for (int round = 0; round < 3; ++round) {
+    SchedulerOutput output = step(scheduler);
+    ASSERT_EQ(output.scheduled.size(), 1u);
+    admitted_tenants.push_back(output.scheduled[0].request->tenant);
+    scheduler.remove(output.scheduled[0].request->id);
+  }
+  // Tenant 1 goes first (earliest, both at zero), then tenant 2 (less served), then tenant 1.
+  EXPECT_EQ(admitted_tenants, (std::vector<uint64_t>{1, 2, 1}));
+}
+
 }  // namespace
 }  // namespace tachyon
