@@ -98,6 +98,8 @@ bool EngineCore::take_inbox() {
     auto request = std::make_unique<Request>();
     request->id = submission.id;
     request->priority = submission.request.priority;
+    request->tenant = submission.request.tenant;
+    request->tenant_weight = submission.request.tenant_weight > 0 ? submission.request.tenant_weight : 1.0;
     request->arrival = next_arrival_++;
     request->tokens = submission.request.prompt;
     request->num_prompt_tokens = static_cast<int>(request->tokens.size());

@@ -22,6 +22,10 @@ struct EngineRequest {
   // are handled by the engine.
   SamplingParams sampling;
   Priority priority = Priority::kNormal;
+  // Who sent it (e.g. an API key's id) and its weight: tenants of the same priority share the
+  // engine by weighted fair queuing.
+  uint64_t tenant = 0;
+  double tenant_weight = 1.0;
   // Prefix-cache blocks are shared only between requests with the same salt.
   std::string cache_salt;
   // The request fails with kDeadlineExceeded when still running at this time.
