@@ -17,6 +17,8 @@ void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_keys_command(CLI::App& app);
+void add_usage_command(CLI::App& app);
 
 // Prints "tachyon: error: MESSAGE" on stderr and sets the exit code to 1.
 void fail(const std::string& message);

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   tachyon::cli::add_perplexity_command(app);
   tachyon::cli::add_chat_command(app);
   tachyon::cli::add_serve_command(app);
+  tachyon::cli::add_keys_command(app);
+  tachyon::cli::add_usage_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -14,6 +14,7 @@
 #include "cli/model_session.h"
 #include "core/paths.h"
 #include "runtime/engine.h"
+#include "gateway/gateway.h"
 #include "server/http_server.h"
 
 namespace tachyon::cli {
@@ -100,8 +101,31 @@ Status run_serve(ServeCommandOptions& options) {
   options.serve.model_id =
       options.model_alias.empty() ? server::model_id_from_path(path) : options.model_alias;
 
+  server::ServeOptions& serve = options.serve;
+  if (serve.auth_db && serve.db_path.empty()) serve.db_path = default_database_path();
+  if (!serve.requires_auth() && !serve.insecure_no_auth && !server::is_loopback_host(serve.host)) {
+    return invalid_argument(fmt::format(
+        "refusing to serve {} without API keys: use --auth db or --api-key KEY, or "
+        "--insecure-no-auth to serve anyone who can reach it",
+        serve.host));
+  }
+  std::unique_ptr<gateway::Gateway> gateway;
+  if (serve.requires_auth()) {
+    if (serve.auth_db) {
+      TACHYON_ASSIGN_OR_RETURN(gateway, gateway::Gateway::open(serve.db_path, serve.api_keys));
+    } else {
+      gateway = std::make_unique<gateway::Gateway>(nullptr, serve.api_keys, nullptr);
+    }
+    spdlog::info("API keys required ({}{})", serve.auth_db ? "database " + serve.db_path : "",
+                 serve.api_keys.empty()
+                     ? ""
+                     : fmt::format("{}{} static key(s)", serve.auth_db ? ", " : "",
+                                   serve.api_keys.size()));
+  }
+
   LoadedModel loaded;  // declared before the server so that it outlives it
   server::HttpServer http_server(options.serve);
+  if (gateway) http_server.set_gateway(std::move(gateway));
   TACHYON_RETURN_IF_ERROR(http_server.listen());
   spdlog::info("listening on {}:{}, loading {}", options.serve.host, http_server.port(), path);
   std::thread loader([&] {
@@ -160,6 +184,19 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e6));
   command->add_option("--io-threads", serve.io_threads, "HTTP threads (default 2)")
       ->check(CLI::Range(1, 64));
+  command->add_option_function<std::string>(
+             "--auth",
+             [options](const std::string& mode) { options->serve.auth_db = mode == "db"; },
+             "none (default) or db: require API keys from the key database (tachyon keys ...)")
+      ->check(CLI::IsMember({"none", "db"}));
+  command->add_option("--db", serve.db_path,
+                      "Key and usage database (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--api-key", serve.api_keys,
+                      "Require this API key (repeatable; no limits); combines with --auth db");
+  command->add_flag("--insecure-no-auth", serve.insecure_no_auth,
+                    "Allow serving a non-loopback address without API keys");
+  command->add_flag("--public-metrics", serve.public_metrics,
+                    "Serve /metrics without an API key when keys are required");
   command->callback([options] {
     Status status = run_serve(*options);
     if (!status.ok()) fail(status.message());

@@ -18,4 +18,8 @@ std::string default_model_path() {
       .string();
 }
 
+std::string default_database_path() {
+  return (std::filesystem::path(tachyon_home()) / "tachyon.db").string();
+}
+
 }  // namespace tachyon

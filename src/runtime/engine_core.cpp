@@ -58,7 +58,8 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
   }
   const RequestId id = next_id_++;
   auto stream = std::make_shared<RequestStream>(id, std::move(notify));
-  submissions_.push_back({id, std::move(request), std::move(sampler), stream});
+  submissions_.push_back(
+      {id, std::move(request), std::move(sampler), stream, std::chrono::steady_clock::now()});
   inbox_ready_.notify_one();
   return stream;
 }
@@ -110,7 +111,8 @@ bool EngineCore::take_inbox() {
                     std::make_unique<Active>(Active{std::move(submission.request),
                                                     std::move(submission.sampler), std::move(stop),
                                                     StreamingDetokenizer(tokenizer_, skip_special),
-                                                    std::move(submission.stream)}));
+                                                    std::move(submission.stream),
+                                                    submission.submitted}));
     scheduler_.add(std::move(request));
   }
   for (RequestId id : cancellations) {
@@ -141,6 +143,7 @@ EngineOutput EngineCore::counts_for(const Request& request, const Active& active
   output.prompt_tokens = request.num_prompt_tokens;
   output.cached_prompt_tokens = request.num_cached_prompt_tokens;
   output.completion_tokens = active.num_completion_tokens;
+  output.queue_seconds = active.queue_seconds;
   return output;
 }
 
@@ -153,6 +156,7 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
     output.prompt_tokens = counts.prompt_tokens;
     output.cached_prompt_tokens = counts.cached_prompt_tokens;
     output.completion_tokens = counts.completion_tokens;
+    output.queue_seconds = counts.queue_seconds;
   }
   if (!output.status.ok()) output.text += active.stop.flush();
   output.finished = true;
@@ -194,6 +198,13 @@ void EngineCore::step() {
   SchedulerOutput output = scheduler_.schedule();
   if (output.empty()) return;
   publish_metrics(0);  // running/waiting as of this step, before a possibly long forward pass
+  const auto now = std::chrono::steady_clock::now();
+  for (const ScheduledRequest& item : output.scheduled) {
+    Active& active = *active_.at(item.request->id);
+    if (active.scheduled) continue;
+    active.scheduled = true;
+    active.queue_seconds = std::chrono::duration<double>(now - active.submitted).count();
+  }
   Status status = runner_.execute(output);
   if (!status.ok()) {
     // Not expected (inputs were validated); fail the step's requests rather than the process.

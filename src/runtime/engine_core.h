@@ -55,6 +55,7 @@ class EngineCore {
     EngineRequest request;
     Sampler sampler;
     std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point submitted;
   };
   // What the engine keeps per request beside the scheduler's Request.
   struct Active {
@@ -63,6 +64,9 @@ class EngineCore {
     StopCondition stop;
     StreamingDetokenizer detokenizer;
     std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point submitted;
+    double queue_seconds = 0;  // set when first scheduled
+    bool scheduled = false;
     int num_completion_tokens = 0;
   };
 

@@ -53,6 +53,8 @@ struct EngineOutput {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;
+  // Seconds from submit until the engine first scheduled it (0 until then).
+  double queue_seconds = 0;
 };
 
 }  // namespace tachyon

@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace tachyon::server {
@@ -143,6 +145,32 @@ ApiError ApiError::from_status(const Status& status, std::optional<std::string> 
       return unavailable("The server is shutting down: " + status.message(), "shutting_down", 1);
   }
   return internal(status.message());
+}
+
+ApiError ApiError::invalid_api_key(std::string message) {
+  ApiError error;
+  error.status = 401;
+  error.message = std::move(message);
+  error.type = "invalid_request_error";  // what OpenAI sends with 401
+  error.code = "invalid_api_key";
+  return error;
+}
+
+ApiError ApiError::from_rejection(const gateway::Rejection& rejection) {
+  ApiError error;
+  error.status = rejection.http_status;
+  error.message = rejection.message;
+  error.type = rejection.type;
+  if (!rejection.code.empty()) error.code = rejection.code;
+  if (!rejection.param.empty()) error.param = rejection.param;
+  if (rejection.retry_after_seconds) {
+    const double seconds = *rejection.retry_after_seconds;
+    error.headers.emplace_back("Retry-After",
+                               std::to_string(static_cast<int64_t>(std::ceil(seconds))));
+    error.headers.emplace_back("retry-after-ms", fmt::format("{:.0f}", std::ceil(seconds * 1000)));
+  }
+  error.headers.emplace_back("x-should-retry", rejection.should_retry ? "true" : "false");
+  return error;
 }
 
 }  // namespace tachyon::server

@@ -11,6 +11,7 @@
 #include <boost/json.hpp>
 
 #include "core/status.h"
+#include "gateway/rejection.h"
 
 namespace tachyon::server {
 
@@ -45,6 +46,12 @@ struct ApiError {
   static ApiError request_too_large(size_t limit_bytes);
   // 500 server_error.
   static ApiError internal(std::string message);
+
+  // 401 invalid_api_key (the Gateway's message says what was wrong with the key).
+  static ApiError invalid_api_key(std::string message);
+  // The Gateway's refusal: 429 with Retry-After (whole seconds, rounded up) and retry-after-ms,
+  // x-should-retry: false when retrying cannot help; 403 / 400 for model and max_tokens.
+  static ApiError from_rejection(const gateway::Rejection& rejection);
 
   // Maps an engine / tokenizer Status. kInvalidArgument → 400 (param when known);
   // kOutOfRange → 400 context_length_exceeded; kUnavailable → 503 server_overloaded with

@@ -91,6 +91,14 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
     error.headers.emplace_back("Allow", std::string(http::to_string(match.method)));
     co_return co_await connection.send_error(error);
   }
+  // Every route but /health (and /metrics when public) needs a valid key when auth is on.
+  std::optional<gateway::Tenant> tenant;
+  const bool open_route = match.route == Route::kHealth ||
+                          (match.route == Route::kMetrics && context_.options().public_metrics);
+  if (context_.gateway() != nullptr && !open_route) {
+    std::optional<ApiError> auth_error = authenticate(request, connection, tenant);
+    if (auth_error) co_return co_await connection.send_error(*auth_error);
+  }
   switch (match.route) {
     case Route::kHealth:
       co_return co_await send(connection, health());
@@ -105,13 +113,34 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
     case Route::kDetokenize:
       co_return co_await send(connection, detokenize(request));
     case Route::kChatCompletions:
-      co_return co_await complete(connection, request, Endpoint::kChatCompletions);
+      co_return co_await complete(connection, request, Endpoint::kChatCompletions, tenant);
     case Route::kCompletions:
-      co_return co_await complete(connection, request, Endpoint::kCompletions);
+      co_return co_await complete(connection, request, Endpoint::kCompletions, tenant);
     case Route::kNone:
       break;
   }
   co_return co_await connection.send_error(ApiError::internal("unrouted request"));
+}
+
+std::optional<ApiError> ApiRouter::authenticate(const HttpRequest& request, Connection& connection,
+                                                std::optional<gateway::Tenant>& tenant) {
+  gateway::Gateway& gateway = *context_.gateway();
+  std::string_view authorization;
+  auto header = request.find(http::field::authorization);
+  if (header != request.end()) {
+    authorization = std::string_view(header->value().data(), header->value().size());
+  }
+  Result<gateway::Tenant> authenticated = gateway.authenticate(authorization);
+  if (!authenticated.ok()) {
+    const StatusCode code = authenticated.status().code();
+    if (code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) {
+      return ApiError::invalid_api_key(authenticated.status().message());
+    }
+    return ApiError::internal(authenticated.status().message());
+  }
+  tenant = std::move(*authenticated);
+  connection.set_extra_headers(gateway.rate_limit_headers(*tenant));
+  return std::nullopt;
 }
 
 std::shared_ptr<const ServedModel> ApiRouter::loaded_model(std::optional<ApiError>& error) const {
@@ -149,6 +178,7 @@ ApiRouter::Reply ApiRouter::metrics() const {
   } else {
     text = context_.metrics().render(nullptr, context_.options().model_id);
   }
+  if (context_.gateway() != nullptr) text += render_gateway_metrics(context_.gateway()->metrics());
   Reply reply;
   reply.text = std::move(text);
   reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -253,7 +283,8 @@ ApiRouter::Reply ApiRouter::detokenize(const HttpRequest& request) const {
 }
 
 asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequest& request,
-                                          Endpoint endpoint) {
+                                          Endpoint endpoint,
+                                          const std::optional<gateway::Tenant>& tenant) {
   std::optional<ApiError> error;
   json::value body;
   OpenAiRequest parsed;
@@ -269,9 +300,48 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   }
   EngineRequest engine_request;
   if (!error) error = build_engine_request(parsed, *model, engine_request);
+  std::optional<gateway::Admission> admission;
+  if (!error && tenant) error = admit(*tenant, parsed, engine_request, admission, connection);
   if (error) co_return co_await connection.send_error(*error);
-  GenerationSession session(context_, connection, model, parsed);
+  GenerationSession session(context_, connection, model, parsed, std::move(admission));
   co_return co_await session.run(std::move(engine_request));
+}
+
+std::optional<ApiError> ApiRouter::admit(const gateway::Tenant& tenant, const OpenAiRequest& parsed,
+                                         EngineRequest& engine_request,
+                                         std::optional<gateway::Admission>& admission,
+                                         Connection& connection) {
+  gateway::Gateway& gateway = *context_.gateway();
+  // Charged at admission: the prompt plus the completion cap the request runs with (the
+  // client's max_tokens, or completions' default of 16); chat without one is charged its prompt
+  // and settled with the real count at the end.
+  std::optional<int64_t> max_tokens;
+  if (parsed.sampling.max_tokens || parsed.endpoint == Endpoint::kCompletions) {
+    max_tokens = engine_request.sampling.max_tokens;
+  }
+  gateway::AdmitResult result =
+      gateway.admit(tenant, parsed.model, static_cast<int64_t>(engine_request.prompt.size()),
+                    max_tokens);
+  connection.set_extra_headers(gateway.rate_limit_headers(tenant));
+  if (const auto* rejection = std::get_if<gateway::Rejection>(&result)) {
+    return ApiError::from_rejection(*rejection);
+  }
+  admission.emplace(std::move(std::get<gateway::Admission>(result)));
+  if (admission->max_tokens()) {
+    const int32_t cap = static_cast<int32_t>(*admission->max_tokens());
+    engine_request.sampling.max_tokens =
+        std::min(cap, engine_request.sampling.max_tokens.value_or(cap));
+  }
+  // The key's tier sets how urgent its requests are; a request may ask to be less urgent.
+  const Priority tier_priority = tenant.policy.tier == gateway::Tier::kPriority ? Priority::kHigh
+                                 : tenant.policy.tier == gateway::Tier::kFree   ? Priority::kLow
+                                                                                : Priority::kNormal;
+  engine_request.priority = std::max(engine_request.priority, tier_priority);
+  // Keys share their tier by weighted fair queuing (equal weights); static keys share one
+  // bucket of ids below the database's.
+  engine_request.tenant = static_cast<uint64_t>(tenant.key_id) + (uint64_t{1} << 32);
+  engine_request.tenant_weight = 1.0;
+  return std::nullopt;
 }
 
 }  // namespace tachyon::server

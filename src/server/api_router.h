@@ -8,6 +8,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "gateway/gateway.h"
 #include "server/connection.h"
 #include "server/openai_request.h"
 #include "server/server_context.h"
@@ -44,7 +45,17 @@ class ApiRouter {
   Reply detokenize(const HttpRequest& request) const;
   asio::awaitable<bool> send(Connection& connection, Reply reply);
   asio::awaitable<bool> complete(Connection& connection, const HttpRequest& request,
-                                 Endpoint endpoint);
+                                 Endpoint endpoint, const std::optional<gateway::Tenant>& tenant);
+  // The API key in the Authorization header → `tenant` (and its x-ratelimit-* headers on the
+  // response), or the 401 to send.
+  std::optional<ApiError> authenticate(const HttpRequest& request, Connection& connection,
+                                       std::optional<gateway::Tenant>& tenant);
+  // The Gateway's admission for an authenticated request: the ticket, or the error to send.
+  // Sets the request's priority (from the key's tier), tenant and completion cap.
+  std::optional<ApiError> admit(const gateway::Tenant& tenant, const OpenAiRequest& parsed,
+                                EngineRequest& engine_request,
+                                std::optional<gateway::Admission>& admission,
+                                Connection& connection);
 
   boost::json::object model_json() const;
   // The model, or a 503 to send while it loads.

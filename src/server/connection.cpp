@@ -25,10 +25,14 @@ bool is_acceptable_request_id(std::string_view id) {
 
 void Connection::begin_request(const HttpRequest& request, bool draining) {
   auto it = request.find("x-request-id");
+  extra_headers_.clear();
   if (it != request.end() && is_acceptable_request_id(it->value())) {
     request_id_ = std::string(it->value());
+    // A client may send the same id twice; the usage ledger needs a unique one.
+    unique_request_id_ = request_id_ + "#" + random_hex(16);
   } else {
     request_id_ = random_hex(32);
+    unique_request_id_ = request_id_;
   }
   keep_alive_ = request.keep_alive() && !draining;
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core.hpp>
@@ -40,6 +42,9 @@ class Connection {
   // keep-alive (never while the server drains).
   void begin_request(const HttpRequest& request, bool draining);
   const std::string& request_id() const { return request_id_; }
+  // request_id() when the server made it, else the client's id with a random suffix: unique,
+  // for the usage ledger.
+  const std::string& unique_request_id() const { return unique_request_id_; }
   bool keep_alive() const { return keep_alive_; }
   void set_keep_alive(bool keep_alive) { keep_alive_ = keep_alive; }
 
@@ -48,11 +53,17 @@ class Connection {
   asio::awaitable<bool> send(HttpResponse response);
   asio::awaitable<bool> send_json(http::status status, const boost::json::value& body);
   asio::awaitable<bool> send_error(const ApiError& error);
-  // Headers every response carries: x-request-id, Server.
+  // Headers every response carries: x-request-id, Server, and this request's extra headers
+  // (the API key's x-ratelimit-*).
   template <typename Fields>
   void add_common_headers(Fields& fields) const {
     fields.set("x-request-id", request_id_);
     fields.set(http::field::server, "tachyon");
+    for (const auto& [name, value] : extra_headers_) fields.set(name, value);
+  }
+  // Replaces the extra headers of the current request's response.
+  void set_extra_headers(std::vector<std::pair<std::string, std::string>> headers) {
+    extra_headers_ = std::move(headers);
   }
 
   // Reads and drops whatever the client still sends, for at most `limit` (so that a client
@@ -66,6 +77,8 @@ class Connection {
   beast::flat_buffer buffer_;
   uint64_t id_;
   std::string request_id_;
+  std::string unique_request_id_;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
   bool keep_alive_ = true;
 };
 

@@ -7,6 +7,8 @@
 
 #include <mutex>
 
+#include <spdlog/spdlog.h>
+
 namespace tachyon::server {
 namespace {
 
@@ -55,18 +57,21 @@ struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
 
 GenerationSession::GenerationSession(ServerContext& context, Connection& connection,
                                      std::shared_ptr<const ServedModel> model,
-                                     const OpenAiRequest& request)
+                                     const OpenAiRequest& request,
+                                     std::optional<gateway::Admission> admission)
     : context_(context),
       connection_(connection),
       model_(std::move(model)),
       request_(request),
       builder_(request.endpoint, model_->id, *model_->tokenizer, request.include_usage),
       waker_(std::make_shared<Waker>(connection.stream().get_executor())),
-      timer_(connection.stream().get_executor()) {
+      timer_(connection.stream().get_executor()),
+      admission_(std::move(admission)) {
   waker_->timer = &timer_;
 }
 
 GenerationSession::~GenerationSession() {
+  settle(nullptr, "cancelled");  // only if nothing settled it before
   waker_->close();
   if (stream_) {
     if (!finished_) model_->engine->cancel(stream_->id());
@@ -83,6 +88,7 @@ asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
   Result<std::shared_ptr<RequestStream>> submitted =
       model_->engine->submit(std::move(engine_request), [waker] { waker->notify(); });
   if (!submitted.ok()) {
+    settle(nullptr, "error");
     const bool chat = request_.endpoint == Endpoint::kChatCompletions;
     co_return co_await connection_.send_error(
         ApiError::from_status(submitted.status(), chat ? "messages" : "prompt"));
@@ -257,11 +263,38 @@ asio::awaitable<void> GenerationSession::stop_watching() {
   while (watching_) co_await wait(Clock::now() + std::chrono::seconds(1));
 }
 
+void GenerationSession::settle(const EngineOutput* final_output, const char* status) {
+  if (!admission_ || admission_->finished()) return;
+  const EngineOutput& counts = final_output != nullptr ? *final_output : last_counts_;
+  gateway::UsageRecord record;
+  record.request_id = connection_.unique_request_id();
+  record.model = request_.model;
+  record.prompt_tokens = counts.prompt_tokens;
+  record.cached_tokens = counts.cached_prompt_tokens;
+  record.completion_tokens = counts.completion_tokens;
+  record.queue_seconds = counts.queue_seconds;
+  if (got_first_token_) {
+    record.ttft_seconds = std::chrono::duration<double>(first_token_time_ - submit_time_).count();
+  }
+  record.duration_seconds = std::chrono::duration<double>(Clock::now() - submit_time_).count();
+  record.status = status;
+  if (final_output != nullptr) record.finish_reason = finish_reason_name(final_output->finish_reason);
+  // Written before the answer's last bytes go out: a request the client saw finish is in the
+  // ledger even if the process dies right after.
+  Status written = admission_->finish(std::move(record));
+  if (!written.ok()) spdlog::error("usage ledger: {}", written.message());
+}
+
 void GenerationSession::observe(const EngineOutput& output) {
+  last_counts_.prompt_tokens = output.prompt_tokens;
+  last_counts_.cached_prompt_tokens = output.cached_prompt_tokens;
+  last_counts_.completion_tokens = output.completion_tokens;
+  last_counts_.queue_seconds = output.queue_seconds;
   if (output.tokens.empty()) return;
   const Clock::time_point now = Clock::now();
   if (!got_first_token_) {
     got_first_token_ = true;
+    first_token_time_ = now;
     context_.metrics().observe_time_to_first_token(
         std::chrono::duration<double>(now - submit_time_).count());
     if (output.tokens.size() > 1) {
@@ -281,6 +314,10 @@ void GenerationSession::observe(const EngineOutput& output) {
 }
 
 void GenerationSession::finish_metrics(const EngineOutput& output) {
+  const RequestEnd end = end_of(output);
+  settle(&output, end == RequestEnd::kAbort ? "cancelled"
+                  : end == RequestEnd::kError ? "error"
+                                              : "ok");
   context_.metrics().observe_e2e_latency(
       std::chrono::duration<double>(Clock::now() - submit_time_).count());
   context_.metrics().count_request_end(end_of(output));
@@ -290,6 +327,7 @@ void GenerationSession::cancel_request() {
   if (finished_ || !stream_) return;
   finished_ = true;
   model_->engine->cancel(stream_->id());
+  settle(nullptr, "cancelled");
   context_.metrics().observe_e2e_latency(
       std::chrono::duration<double>(Clock::now() - submit_time_).count());
   context_.metrics().count_request_end(RequestEnd::kAbort);

@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "gateway/admission.h"
 #include "runtime/engine.h"
 #include "server/connection.h"
 #include "server/openai_request.h"
@@ -26,7 +28,8 @@ namespace tachyon::server {
 class GenerationSession {
  public:
   GenerationSession(ServerContext& context, Connection& connection,
-                    std::shared_ptr<const ServedModel> model, const OpenAiRequest& request);
+                    std::shared_ptr<const ServedModel> model, const OpenAiRequest& request,
+                    std::optional<gateway::Admission> admission = std::nullopt);
   ~GenerationSession();
   GenerationSession(const GenerationSession&) = delete;
   GenerationSession& operator=(const GenerationSession&) = delete;
@@ -47,6 +50,9 @@ class GenerationSession {
   // Engine outputs → latency metrics.
   void observe(const EngineOutput& output);
   void finish_metrics(const EngineOutput& output);
+  // Settles the API key's admission (limits, quotas, usage ledger) once: with the finishing
+  // event, or with the counts seen so far when the request failed early or was cancelled.
+  void settle(const EngineOutput* final_output, const char* status);
   void cancel_request();
   asio::awaitable<bool> write_chunk(std::string data);
   asio::awaitable<bool> end_stream();
@@ -67,6 +73,9 @@ class GenerationSession {
   bool finished_ = false;  // the finishing event arrived (or we gave up)
   Clock::time_point submit_time_;
   Clock::time_point last_token_time_;
+  Clock::time_point first_token_time_;
+  std::optional<gateway::Admission> admission_;  // when the server checks API keys
+  EngineOutput last_counts_;                     // token counts of the latest event
   bool got_first_token_ = false;
 };
 

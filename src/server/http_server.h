@@ -44,6 +44,10 @@ class HttpServer {
 
   // From any thread: the model is ready (nullptr: loading again).
   void set_model(std::shared_ptr<const ServedModel> model) { context_.set_model(std::move(model)); }
+  // Before run(): API keys, limits and usage accounting for every request.
+  void set_gateway(std::unique_ptr<gateway::Gateway> gateway) {
+    context_.set_gateway(std::move(gateway));
+  }
   // From any thread: drain and make run() return `status`.
   void shutdown(Status status);
 

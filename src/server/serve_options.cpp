@@ -74,4 +74,8 @@ std::string model_id_from_path(std::string_view path) {
   return std::string(name);
 }
 
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+}
+
 }  // namespace tachyon::server

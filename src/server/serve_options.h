@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -23,7 +24,21 @@ struct ServeOptions {
   double shutdown_timeout_seconds = 30;  // drain time for running requests on SIGTERM
   double idle_timeout_seconds = 120;     // a keep-alive connection waiting for its next request
   int io_threads = 2;
+
+  // Authentication: keys from the SQLite database at db_path (auth_db), and/or static keys.
+  // With neither, the server serves anyone, and only on a loopback address unless
+  // insecure_no_auth. /health is always open; /metrics is open only with public_metrics.
+  bool auth_db = false;
+  std::string db_path;
+  std::vector<std::string> api_keys;
+  bool insecure_no_auth = false;
+  bool public_metrics = false;
+
+  bool requires_auth() const { return auth_db || !api_keys.empty(); }
 };
+
+// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(std::string_view host);
 
 // KV cache memory as given on the command line: a fraction of free RAM ("0.25") or a size
 // ("2GiB", "512MiB", "1.5GB", "1000000").

@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "gateway/gateway.h"
 #include "runtime/engine_request.h"
 #include "server/serve_options.h"
 #include "server/served_model.h"
@@ -22,6 +23,9 @@ class ServerContext {
 
   const ServeOptions& options() const { return options_; }
   ServerMetrics& metrics() { return metrics_; }
+  // API keys, limits and the usage ledger; null when the server needs no key.
+  gateway::Gateway* gateway() const { return gateway_.get(); }
+  void set_gateway(std::unique_ptr<gateway::Gateway> gateway) { gateway_ = std::move(gateway); }
 
   std::shared_ptr<const ServedModel> model() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -55,6 +59,7 @@ class ServerContext {
  private:
   const ServeOptions options_;
   ServerMetrics metrics_;
+  std::unique_ptr<gateway::Gateway> gateway_;  // set before serving starts, then read-only
   mutable std::mutex mutex_;
   std::shared_ptr<const ServedModel> model_;
   std::unordered_set<RequestId> requests_;

@@ -164,4 +164,39 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
   return out;
 }
 
+std::string render_gateway_metrics(const gateway::GatewayMetrics& metrics) {
+  std::string out;
+  append_header(out, "tachyon:key_requests_total", "counter", "Requests admitted, per API key name.");
+  for (const gateway::TenantCounters& key : metrics.tenants) {
+    out += fmt::format("tachyon:key_requests_total{{key=\"{}\"}} {}\n", escape_label(key.key_name),
+                       key.requests_admitted);
+  }
+  append_header(out, "tachyon:key_requests_in_flight", "gauge",
+                "Requests admitted and not finished yet, per API key name.");
+  for (const gateway::TenantCounters& key : metrics.tenants) {
+    out += fmt::format("tachyon:key_requests_in_flight{{key=\"{}\"}} {}\n",
+                       escape_label(key.key_name), key.in_flight);
+  }
+  append_header(out, "tachyon:key_tokens_total", "counter",
+                "Tokens of finished requests, per API key name and kind (prompt, completion).");
+  for (const gateway::TenantCounters& key : metrics.tenants) {
+    out += fmt::format("tachyon:key_tokens_total{{key=\"{}\",kind=\"prompt\"}} {}\n",
+                       escape_label(key.key_name), key.prompt_tokens);
+    out += fmt::format("tachyon:key_tokens_total{{key=\"{}\",kind=\"completion\"}} {}\n",
+                       escape_label(key.key_name), key.completion_tokens);
+  }
+  append_header(out, "tachyon:key_rejections_total", "counter",
+                "Requests refused by the key's limits, per API key name and reason.");
+  for (const gateway::TenantCounters& key : metrics.tenants) {
+    for (const auto& [reason, count] : key.rejections) {
+      out += fmt::format("tachyon:key_rejections_total{{key=\"{}\",reason=\"{}\"}} {}\n",
+                         escape_label(key.key_name), escape_label(reason), count);
+    }
+  }
+  append_header(out, "tachyon:authentication_failures_total", "counter",
+                "Requests with a missing, unknown or revoked API key.");
+  out += fmt::format("tachyon:authentication_failures_total {}\n", metrics.authentication_failures);
+  return out;
+}
+
 }  // namespace tachyon::server

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/histogram.h"
+#include "gateway/gateway_metrics.h"
 
 namespace tachyon {
 struct EngineMetrics;
@@ -45,6 +46,9 @@ class ServerMetrics {
   std::array<std::atomic<uint64_t>, 4> request_ends_{};
   std::atomic<uint64_t> http_requests_{0};
 };
+
+// Per-key counters of the Gateway (key names only, never secrets), in Prometheus form.
+std::string render_gateway_metrics(const gateway::GatewayMetrics& metrics);
 
 // Appends one histogram in Prometheus form (_bucket{le=...}, _sum, _count), with HELP/TYPE.
 void append_prometheus_histogram(std::string& out, std::string_view name, std::string_view help,
