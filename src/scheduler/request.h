@@ -40,6 +40,7 @@ struct Request {
   std::vector<BlockHash> block_hashes;   // hashes of the full blocks computed so far
   RequestState state = RequestState::kWaiting;
   int num_preemptions = 0;
+  uint64_t last_scheduled_step = 0;  // the scheduler's step counter when last given tokens
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }

@@ -10,7 +10,9 @@ Scheduler::Scheduler(SchedulerConfig config, KvBlockPool& pool) : config_(config
 
 double Scheduler::virtual_time(uint64_t tenant) const {
   auto found = tenants_.find(tenant);
-  return found == tenants_.end() ? 0.0 : found->second.virtual_time;
+  auto charged = step_charge_.find(tenant);
+  return (found == tenants_.end() ? 0.0 : found->second.virtual_time) +
+         (charged == step_charge_.end() ? 0.0 : charged->second);
 }
 
 bool Scheduler::fairly_before(const Request* a, const Request* b) const {
@@ -32,16 +34,20 @@ std::set<Request*, Scheduler::ServeOrder>::iterator Scheduler::next_waiting() {
 void Scheduler::tenant_arrives(const Request& request) {
   Tenant& tenant = tenants_[request.tenant];
   if (tenant.num_requests++ > 0) return;
-  // A tenant that was idle starts level with the least-served active tenant: being away earns
-  // no credit to starve the others with later.
-  double floor = -1;
-  for (const auto& [id, other] : tenants_) {
-    if (id != request.tenant && other.num_requests > 0 &&
-        (floor < 0 || other.virtual_time < floor)) {
-      floor = other.virtual_time;
+  // A tenant that was idle starts at the system's virtual clock: being away earns no credit to
+  // starve the others with later, and service before the others arrived is not held against it.
+  tenant.virtual_time = virtual_clock_;
+}
+
+void Scheduler::advance_virtual_clock() {
+  // The clock follows the least-served active tenant and never goes back.
+  double least = -1;
+  for (const auto& [id, tenant] : tenants_) {
+    if (tenant.num_requests > 0 && (least < 0 || tenant.virtual_time < least)) {
+      least = tenant.virtual_time;
     }
   }
-  tenant.virtual_time = std::max(tenant.virtual_time, floor);
+  virtual_clock_ = std::max(virtual_clock_, least);
 }
 
 void Scheduler::tenant_leaves(const Request& request) {
@@ -118,81 +124,103 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
   return true;
 }
 
+bool Scheduler::schedule_running(Request* request, int num_new, SchedulerOutput& output,
+                                 int& budget) {
+  while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
+    // Make room by preempting the least urgent running request (the last one).
+    Request* victim = running_.back();
+    output.preempted.push_back(victim->id);
+    preempt(victim);
+    // A victim already scheduled this step loses its place in the batch.
+    std::erase_if(output.scheduled, [&](const ScheduledRequest& item) {
+      if (item.request != victim) return false;
+      budget += item.num_new_tokens;
+      step_charge_[victim->tenant] -= item.num_new_tokens / victim->tenant_weight;
+      return true;
+    });
+    if (victim == request) return false;
+  }
+  add_to_step(request, num_new, output, budget);
+  return true;
+}
+
+void Scheduler::add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget) {
+  output.scheduled.push_back(
+      {request, num_new, request->num_computed_tokens + num_new == request->num_tokens()});
+  budget -= num_new;
+  request->last_scheduled_step = step_;
+  step_charge_[request->tenant] += num_new / request->tenant_weight;
+}
+
+bool Scheduler::admit(Request* request, int budget_share, SchedulerOutput& output, int& budget) {
+  take_cached_prefix(request);
+  const int num_new = std::min(request->num_uncomputed_tokens(), budget_share);
+  if (!grow_blocks(request, request->num_computed_tokens + num_new)) {
+    pool_.release(request->blocks);
+    request->blocks.clear();
+    request->num_computed_tokens = 0;
+    return false;
+  }
+  if (!request->admitted_before) {
+    request->admitted_before = true;
+    request->num_cached_prompt_tokens = request->num_computed_tokens;
+    counters_.prefix_queried_tokens += request->num_prompt_tokens;
+    counters_.prefix_hit_tokens += request->num_computed_tokens;
+  }
+  waiting_.erase(request);
+  request->state = RequestState::kRunning;
+  running_.push_back(request);
+  add_to_step(request, num_new, output, budget);
+  return true;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput output;
   int budget = config_.max_batch_tokens;
+  ++step_;
+  step_charge_.clear();
   // Kept in preemption order: the last one is the least urgent (lowest priority, latest).
   std::sort(running_.begin(), running_.end(), ServeOrder());
 
-  // Running requests: decodes first (one token each, so streams never stall behind a long
-  // prompt), then prompt chunks in fair order.
-  std::vector<Request*> order(running_.begin(), running_.end());
-  std::stable_sort(order.begin(), order.end(), [&](const Request* a, const Request* b) {
-    const bool a_decodes = a->num_uncomputed_tokens() <= 1;
-    const bool b_decodes = b->num_uncomputed_tokens() <= 1;
-    if (a_decodes != b_decodes) return a_decodes;
-    return fairly_before(a, b);
-  });
-  for (Request* request : order) {
+  // 1. Decodes first, one token each, most urgent first: streams never stall behind prompts.
+  const std::vector<Request*> decoding = [&] {
+    std::vector<Request*> list;
+    for (Request* request : running_) {
+      if (request->num_uncomputed_tokens() == 1) list.push_back(request);
+    }
+    return list;
+  }();
+  for (Request* request : decoding) {
     if (budget <= 0) break;
     if (request->state != RequestState::kRunning) continue;  // preempted in this loop
-    int num_new = std::min(request->num_uncomputed_tokens(), budget);
-    // A prompt chunk leaves half the budget to waiting requests, so a short request is not
-    // stuck behind a long prompt.
-    if (num_new > 1 && !waiting_.empty() &&
-        static_cast<int>(running_.size()) < config_.max_running_requests) {
-      num_new = std::max(1, std::min(num_new, (budget + 1) / 2));
-    }
-    if (num_new <= 0) continue;
-    bool preempted_self = false;
-    while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
-      // Make room by preempting the least urgent running request (the last one).
-      Request* victim = running_.back();
-      output.preempted.push_back(victim->id);
-      preempt(victim);
-      // A victim already scheduled this step loses its slot in the batch.
-      std::erase_if(output.scheduled, [&](const ScheduledRequest& item) {
-        if (item.request != victim) return false;
-        budget += item.num_new_tokens;
-        return true;
-      });
-      if (victim == request) {
-        preempted_self = true;
-        break;
-      }
-    }
-    if (preempted_self) continue;
-    output.scheduled.push_back(
-        {request, num_new, request->num_computed_tokens + num_new == request->num_tokens()});
-    budget -= num_new;
+    schedule_running(request, 1, output, budget);
   }
 
-  // Waiting requests, in order, while there is room; none are admitted in a step that had to
-  // preempt (the pool is full) and none jump ahead of a request that does not fit.
-  while (output.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < config_.max_running_requests) {
-    auto next = next_waiting();
-    Request* request = *next;
-    take_cached_prefix(request);
-    const int num_new = std::min(request->num_uncomputed_tokens(), budget);
-    if (!grow_blocks(request, request->num_computed_tokens + num_new)) {
-      pool_.release(request->blocks);
-      request->blocks.clear();
-      request->num_computed_tokens = 0;
-      break;
+  // 2. Prompt work, fairest first: chunks of running prompts and admissions of waiting
+  // requests compete by (priority, tenant's virtual time with this step's share, arrival).
+  // While others compete, one chunk takes at most half the remaining budget, so a short
+  // request is not stuck behind a long prompt. Nothing is admitted in a step that had to
+  // preempt (memory is full), and nothing jumps ahead of a waiting request that does not fit.
+  bool admitting = true;
+  while (budget > 0) {
+    Request* prompt = nullptr;
+    int num_prompts = 0;
+    for (Request* request : running_) {
+      if (request->num_uncomputed_tokens() <= 1 || request->last_scheduled_step == step_) continue;
+      ++num_prompts;
+      if (prompt == nullptr || fairly_before(request, prompt)) prompt = request;
     }
-    if (!request->admitted_before) {
-      request->admitted_before = true;
-      request->num_cached_prompt_tokens = request->num_computed_tokens;
-      counters_.prefix_queried_tokens += request->num_prompt_tokens;
-      counters_.prefix_hit_tokens += request->num_computed_tokens;
+    admitting = admitting && output.preempted.empty() && !waiting_.empty() &&
+                static_cast<int>(running_.size()) < config_.max_running_requests;
+    Request* waiting = admitting ? *next_waiting() : nullptr;
+    if (prompt == nullptr && waiting == nullptr) break;
+    const bool competition = num_prompts + (waiting != nullptr ? 1 : 0) > 1;
+    const int share = competition ? std::max(1, (budget + 1) / 2) : budget;
+    if (waiting != nullptr && (prompt == nullptr || fairly_before(waiting, prompt))) {
+      if (!admit(waiting, share, output, budget)) admitting = false;
+    } else {
+      schedule_running(prompt, std::min(prompt->num_uncomputed_tokens(), share), output, budget);
     }
-    waiting_.erase(next);
-    request->state = RequestState::kRunning;
-    running_.push_back(request);
-    output.scheduled.push_back(
-        {request, num_new, request->num_computed_tokens + num_new == request->num_tokens()});
-    budget -= num_new;
   }
   output.num_tokens = config_.max_batch_tokens - budget;
   return output;
@@ -208,6 +236,7 @@ void Scheduler::on_step_done(const SchedulerOutput& output) {
     extend_block_hashes(request, num_full);
     for (int i = 0; i < num_full; ++i) pool_.set_hash(request->blocks[i], request->block_hashes[i]);
   }
+  advance_virtual_clock();
 }
 
 }  // namespace tachyon

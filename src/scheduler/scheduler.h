@@ -73,7 +73,15 @@ class Scheduler {
   std::set<Request*, ServeOrder>::iterator next_waiting();
   void tenant_arrives(const Request& request);
   void tenant_leaves(const Request& request);
+  void advance_virtual_clock();
 
+  // Schedules `num_new` tokens of a running request, preempting the least urgent requests
+  // while blocks are short; false when the request itself had to be preempted.
+  bool schedule_running(Request* request, int num_new, SchedulerOutput& output, int& budget);
+  // Admits a waiting request with up to `budget_share` tokens; false (nothing taken) when its
+  // blocks do not fit.
+  bool admit(Request* request, int budget_share, SchedulerOutput& output, int& budget);
+  void add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget);
   // Moves a running request back to waiting, releasing its blocks.
   void preempt(Request* request);
   // Takes the longest run of cached blocks that starts the request's tokens (leaving at least
@@ -95,6 +103,11 @@ class Scheduler {
     int num_requests = 0;     // waiting or running
   };
   std::unordered_map<uint64_t, Tenant> tenants_;
+  double virtual_clock_ = 0;  // virtual time of the least-served active tenant, monotonic
+  uint64_t step_ = 0;
+  // Tokens given to each tenant in the step being scheduled (÷ weight), so that fairness also
+  // holds within one step.
+  std::unordered_map<uint64_t, double> step_charge_;
 };
 
 }  // namespace tachyon

@@ -155,5 +155,34 @@ TEST(SchedulerTest, TenantsShareByWeightedFairQueuing) {
   EXPECT_EQ(admitted_tenants, (std::vector<uint64_t>{1, 2, 1}));
 }
 
+// Service a tenant got while alone is not held against it when another tenant shows up later,
+// and an idle tenant earns no credit: both start at the system's virtual clock.
+TEST(SchedulerTest, ReturningTenantsStartLevel) {
+  KvBlockPool pool(256, false);
+  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 1, .block_size = 16}, pool);
+  auto alone = make_request(1, 40);
+  alone->tenant = 2;  // B runs alone first and is served 40+ tokens
+  scheduler.add(std::move(alone));
+  step(scheduler);
+  step(scheduler);
+  scheduler.remove(1);
+  for (RequestId id = 2; id <= 4; ++id) {  // then A floods
+    auto request = make_request(id, 20);
+    request->tenant = 1;
+    scheduler.add(std::move(request));
+  }
+  SchedulerOutput a_first = step(scheduler);
+  scheduler.remove(a_first.scheduled[0].request->id);
+  auto back = make_request(5, 20);  // B returns, level with A (ties go to earlier arrivals)
+  back->tenant = 2;
+  scheduler.add(std::move(back));
+  SchedulerOutput next = step(scheduler);  // A's request 3 (tied, arrived first)
+  ASSERT_EQ(next.scheduled.size(), 1u);
+  scheduler.remove(next.scheduled[0].request->id);
+  SchedulerOutput after = step(scheduler);  // then B, before A's request 4
+  ASSERT_EQ(after.scheduled.size(), 1u);
+  EXPECT_EQ(after.scheduled[0].request->tenant, 2u) << "B's earlier service was held against it";
+}
+
 }  // namespace
 }  // namespace tachyon
