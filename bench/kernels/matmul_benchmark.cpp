@@ -1,5 +1,5 @@
 // kernels::matmul on SmolLM2-135M-shaped matrices, per weight type and kernel level, for decode
-// (1 token) and prefill (512 tokens) with 1 and 2 threads.
+// (1 token), batched decode (2, 8, 32 tokens) and prefill (512 tokens) with 1 and 2 threads.
 // Counters: weight_GB/s = weight bytes read per second (each call reads the matrix once);
 // GFLOP/s = 2 * rows * cols * tokens per second.
 // Names: matmul/<type>/<level>/<rows>x<cols>/tokens:<n>/threads:<n>.
@@ -120,7 +120,7 @@ void register_all() {
       for (const Shape& shape : type_shapes) {
         // K-quants need cols % 256 == 0 (they get their own shapes above).
         if (shape.cols % dtype_info(type).block_elements != 0) continue;
-        for (int64_t tokens : {1, 512}) {
+        for (int64_t tokens : {1, 2, 8, 32, 512}) {
           for (int threads : {1, 2}) {
             const std::string name = "matmul/" + std::string(dtype_name(type)) + "/" +
                                      std::string(kernel_level_name(level)) + "/" +

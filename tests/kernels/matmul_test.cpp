@@ -1,5 +1,5 @@
 // Consistency tests for kernels::matmul: every SIMD level against the scalar reference (tight,
-// only f32 summation order differs), and the reference against a plain f32 product of the
+// only f32 summation order differs; bit for bit for the Q8-dot types), and the reference against a plain f32 product of the
 // dequantized weights with the unquantized activations (loose, bounded by the 8-bit rounding of
 // the activations).
 #include "kernels/cpu/matmul.h"
@@ -414,6 +414,71 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   }
 }
 
+// Q4_0..Q8_0 kernels repeat reference::dot_q8's float operations one by one (exact integer
+// block dots, then separately rounded muls and adds in block order), so every SIMD level equals
+// the reference bit for bit, for every token count (1..65: the decode, direct and panel paths,
+// every token-tile remainder) and row count (partial 8-row tiles, odd thread splits).
+class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
+
+TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
+  const DType type = GetParam();
+  std::mt19937 rng(4242 + static_cast<int>(type));
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  const int64_t max_tokens = 65;
+  for (int64_t rows : {1, 7, 8, 9, 31, 37}) {
+    for (int64_t cols : {32, 96, 576}) {
+      const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+      const std::vector<float> x = random_activations(max_tokens, cols, rng);
+      std::vector<float> y_ref(static_cast<size_t>(max_tokens * rows));
+      ASSERT_TRUE(
+          reference::matmul(type, w.data(), rows, cols, x.data(), max_tokens, y_ref.data()).ok());
+      const WeightMatrix matrix{type, w.data(), rows, cols};
+      for (KernelLevel level : simd_levels()) {
+        for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
+          for (ThreadPool* pool : {&pool1, &pool2}) {
+            std::vector<float> y(static_cast<size_t>(tokens * rows), NAN);
+            matmul_at_level(level, matrix, x.data(), tokens, y.data(), *pool);
+            ASSERT_EQ(0, std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)))
+                << case_name(type, level, rows, cols, tokens, pool->num_threads());
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance for every type and token count 1..65: the first `tokens` tokens of a
+// 65-token batch give bit-identical outputs when computed on their own, and each token alone
+// matches its row in the batch.
+TEST_P(MatmulTypeTest, BatchPrefixesMatchFullBatch) {
+  const DType type = GetParam();
+  std::mt19937 rng(31 + static_cast<int>(type));
+  ThreadPool pool(2);
+  const int64_t max_tokens = 65;
+  const int64_t rows = 19;
+  const int64_t cols = cols_for(type).back();
+  const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+  const std::vector<float> x = random_activations(max_tokens, cols, rng);
+  const WeightMatrix matrix{type, w.data(), rows, cols};
+  for (KernelLevel level : simd_levels()) {
+    std::vector<float> batch(static_cast<size_t>(max_tokens * rows), NAN);
+    matmul_at_level(level, matrix, x.data(), max_tokens, batch.data(), pool);
+    for (int64_t tokens = 1; tokens < max_tokens; ++tokens) {
+      std::vector<float> y(static_cast<size_t>(tokens * rows), NAN);
+      matmul_at_level(level, matrix, x.data(), tokens, y.data(), pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), batch.data(), y.size() * sizeof(float)))
+          << case_name(type, level, rows, cols, tokens, 2);
+    }
+    for (int64_t t = 0; t < max_tokens; ++t) {
+      std::vector<float> alone(static_cast<size_t>(rows), NAN);
+      matmul_at_level(level, matrix, x.data() + t * cols, 1, alone.data(), pool);
+      ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, rows * sizeof(float)))
+          << case_name(type, level, rows, cols, 1, 2) << " token " << t;
+    }
+  }
+}
+
 // SIMD 256-block activation quantization is bit-identical to the reference (q, d and bsums).
 TEST(MatmulTest, QuantizeActivationsKMatchesReferenceExactly) {
   std::mt19937 rng(8);
@@ -484,6 +549,13 @@ TEST(MatmulTest, RepeatedCallsWithChangingShapes) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Q8DotTypes, MatmulQ8TypeTest,
+                         testing::Values(DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                                         DType::kQ8_0),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypeTest, testing::ValuesIn(kAllTypes),
                          [](const testing::TestParamInfo<DType>& info) {

@@ -101,7 +101,7 @@ void quantize_range(const MatmulJob& job, int64_t t_begin, int64_t t_end) {
 void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
   thread_local std::vector<float> scratch_buffer;
-  float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols));
+  float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols, job.num_tokens));
   if (job.k_path) {
     if (job.level == KernelLevel::kAvx512) {
       avx512::matmul_rows_k(*job.w, job.k_acts, job.y, row_begin, row_end, scratch);

@@ -12,14 +12,15 @@
 
 namespace tachyon::kernels {
 
-// matmul_rows prepares this many weight rows at a time (unpacked to int8 or converted to f32)
-// in the caller's scratch, then sweeps all tokens over them. Threads split rows in multiples
-// of it so no panel straddles two threads.
+// matmul_rows prepares up to this many weight rows at a time (unpacked to int8 or converted to
+// f32) in the caller's scratch, then sweeps all tokens over them. Threads split rows in
+// multiples of it so no panel straddles two threads.
 inline constexpr int64_t kPanelRows = 16;
 
-// Floats of per-thread scratch matmul_rows needs for rows of `cols` values.
-inline int64_t matmul_scratch_floats(int64_t cols) {
-  return kPanelRows * (cols + 8) + 64;
+// Floats of per-thread scratch matmul_rows needs for rows of `cols` values and `num_tokens`
+// tokens (the Q8_0 path keeps one int32 per token and 32-value block).
+inline int64_t matmul_scratch_floats(int64_t cols, int64_t num_tokens) {
+  return kPanelRows * (cols + 8) + 64 + num_tokens * (cols / 32);
 }
 
 // The generic fallback's way to the reference dequantizer: defined in matmul.cpp (generic
