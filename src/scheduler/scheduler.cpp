@@ -34,9 +34,11 @@ std::set<Request*, Scheduler::ServeOrder>::iterator Scheduler::next_waiting() {
 void Scheduler::tenant_arrives(const Request& request) {
   Tenant& tenant = tenants_[request.tenant];
   if (tenant.num_requests++ > 0) return;
-  // A tenant that was idle starts at the system's virtual clock: being away earns no credit to
-  // starve the others with later, and service before the others arrived is not held against it.
-  tenant.virtual_time = virtual_clock_;
+  // A tenant that was idle starts a little behind the system's virtual clock: a short burst
+  // from a light tenant goes ahead of a heavy tenant's backlog (its first token comes quickly),
+  // but being away earns no more credit than that, so on-and-off traffic cannot starve anyone.
+  tenant.virtual_time =
+      std::max(tenant.virtual_time, virtual_clock_ - config_.burst_credit_tokens);
 }
 
 void Scheduler::advance_virtual_clock() {
@@ -153,7 +155,6 @@ void Scheduler::add_to_step(Request* request, int num_new, SchedulerOutput& outp
 }
 
 bool Scheduler::admit(Request* request, int budget_share, SchedulerOutput& output, int& budget) {
-  take_cached_prefix(request);
   const int num_new = std::min(request->num_uncomputed_tokens(), budget_share);
   if (!grow_blocks(request, request->num_computed_tokens + num_new)) {
     pool_.release(request->blocks);
@@ -198,28 +199,49 @@ SchedulerOutput Scheduler::schedule() {
 
   // 2. Prompt work, fairest first: chunks of running prompts and admissions of waiting
   // requests compete by (priority, tenant's virtual time with this step's share, arrival).
-  // While others compete, one chunk takes at most half the remaining budget, so a short
-  // request is not stuck behind a long prompt. Nothing is admitted in a step that had to
-  // preempt (memory is full), and nothing jumps ahead of a waiting request that does not fit.
+  // A prompt that fits in what is left gets all it needs; while others compete, a longer one
+  // takes at most half the remaining budget, so a short request is not stuck behind it. Once
+  // the step finishes some prompt (its first token comes out of this step), it takes only
+  // more prompts that finish too: partial chunks of long prompts would only delay that token.
+  // Nothing is admitted in a step that had to preempt (memory is full), and nothing jumps
+  // ahead of a waiting request that does not fit.
   bool admitting = true;
+  bool finishing_step = false;
   while (budget > 0) {
     Request* prompt = nullptr;
     int num_prompts = 0;
     for (Request* request : running_) {
       if (request->num_uncomputed_tokens() <= 1 || request->last_scheduled_step == step_) continue;
+      if (finishing_step && request->num_uncomputed_tokens() > budget) continue;
       ++num_prompts;
       if (prompt == nullptr || fairly_before(request, prompt)) prompt = request;
     }
     admitting = admitting && output.preempted.empty() && !waiting_.empty() &&
                 static_cast<int>(running_.size()) < config_.max_running_requests;
     Request* waiting = admitting ? *next_waiting() : nullptr;
+    if (waiting != nullptr && finishing_step && waiting->num_uncomputed_tokens() > budget) {
+      waiting = nullptr;
+      admitting = false;
+    }
     if (prompt == nullptr && waiting == nullptr) break;
     const bool competition = num_prompts + (waiting != nullptr ? 1 : 0) > 1;
-    const int share = competition ? std::max(1, (budget + 1) / 2) : budget;
+    // What the fairest candidate gets: all it needs if that fits, else (when others compete)
+    // half of what is left.
+    auto share_for = [&](int needed) {
+      if (needed <= budget || !competition) return std::min(needed, budget);
+      return std::max(1, (budget + 1) / 2);
+    };
     if (waiting != nullptr && (prompt == nullptr || fairly_before(waiting, prompt))) {
-      if (!admit(waiting, share, output, budget)) admitting = false;
+      take_cached_prefix(waiting);  // what it needs is what the prefix cache does not hold
+      if (!admit(waiting, share_for(waiting->num_uncomputed_tokens()), output, budget)) {
+        admitting = false;
+      }
     } else {
-      schedule_running(prompt, std::min(prompt->num_uncomputed_tokens(), share), output, budget);
+      schedule_running(prompt, share_for(prompt->num_uncomputed_tokens()), output, budget);
+    }
+    if (!output.scheduled.empty() && output.scheduled.back().samples_next_token &&
+        output.scheduled.back().num_new_tokens > 1) {
+      finishing_step = true;
     }
   }
   output.num_tokens = config_.max_batch_tokens - budget;

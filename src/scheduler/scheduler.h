@@ -25,6 +25,8 @@ struct SchedulerConfig {
   int max_batch_tokens = 256;    // new tokens per step
   int max_running_requests = 64;
   int block_size = 16;
+  // Tokens (÷ weight) a tenant returning from idle may be served ahead of the busiest ones.
+  double burst_credit_tokens = 512;
 };
 
 struct SchedulerCounters {
@@ -78,8 +80,8 @@ class Scheduler {
   // Schedules `num_new` tokens of a running request, preempting the least urgent requests
   // while blocks are short; false when the request itself had to be preempted.
   bool schedule_running(Request* request, int num_new, SchedulerOutput& output, int& budget);
-  // Admits a waiting request with up to `budget_share` tokens; false (nothing taken) when its
-  // blocks do not fit.
+  // Admits a waiting request (its cached prefix already taken) with up to `budget_share` new
+  // tokens; false (its blocks released) when they do not fit.
   bool admit(Request* request, int budget_share, SchedulerOutput& output, int& budget);
   void add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget);
   // Moves a running request back to waiting, releasing its blocks.

@@ -11,6 +11,10 @@ check_exit=False; `returncode` holds it either way). The server's stderr goes to
 it is printed when the server fails to start, exits badly, or the `with` body raises, and
 `stderr_text()` returns it at any time.
 
+`env` adds variables to the server's environment; `kill9()` ends it with SIGKILL (no cleanup,
+for crash tests) and `restart()` starts it again with the same arguments on a new port. Calls
+that need an API key take `headers={"Authorization": "Bearer ..."}`.
+
 Only the standard library is used here, so any script can import it.
 """
 from __future__ import annotations
@@ -43,10 +47,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+def http_get(url: str, timeout: float = 5.0,
+             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """(status, body) of a GET; (0, b"") when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -57,7 +63,8 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 class TachyonServer:
     def __init__(self, tachyon: str, model: str | None = None, args: list[str] | tuple = (),
                  startup_timeout: float = 120.0, stop_timeout: float = 60.0, check_exit: bool = True,
-                 quiet: bool = False):
+                 quiet: bool = False, env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1"):
         self.tachyon = str(tachyon)
         self.model = model
         self.args = [str(a) for a in args]
@@ -65,11 +72,14 @@ class TachyonServer:
         self.stop_timeout = stop_timeout
         self.check_exit = check_exit
         self.quiet = quiet
+        self.env = dict(env or {})
+        self.host = host  # what --host says; the tests always connect to 127.0.0.1
         self.process: subprocess.Popen | None = None
         self.port = 0
         self.returncode: int | None = None
         self._log = None
         self._log_path: str | None = None
+        self._previous_output = ""
 
     @property
     def url(self) -> str:
@@ -80,20 +90,26 @@ class TachyonServer:
         return self.url + "/v1"
 
     def command(self) -> list[str]:
-        argv = [self.tachyon, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [self.tachyon, "serve", "--host", self.host, "--port", str(self.port)]
         if self.model:
             argv += ["-m", str(self.model)]
         return argv + self.args
 
     # -- lifetime ---------------------------------------------------------------------------
     def start(self) -> "TachyonServer":
+        if self._log_path:
+            try:
+                os.unlink(self._log_path)
+            except OSError:
+                pass
         fd, self._log_path = tempfile.mkstemp(prefix="tachyon-serve-", suffix=".log")
         os.close(fd)
         for attempt in range(3):  # the free port can be taken between our probe and the bind
             self.port = free_port()
             self._log = open(self._log_path, "wb")
             self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                            stdout=self._log, stderr=subprocess.STDOUT)
+                                            stdout=self._log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, **self.env} if self.env else None)
             try:
                 self._wait_healthy()
                 return self
@@ -141,6 +157,26 @@ class TachyonServer:
             self._log = None
         return self.returncode
 
+    def kill9(self) -> int:
+        """SIGKILL now (a crash: no drain, no cleanup); returns -9. The log is kept."""
+        if self.process is not None:
+            self._kill()
+            self.returncode = self.process.returncode
+            self.process = None
+        if self._log:
+            self._log.close()
+            self._log = None
+        return self.returncode if self.returncode is not None else -9
+
+    def restart(self) -> "TachyonServer":
+        """Starts the stopped (or killed) server again with the same arguments (on a new port);
+        stderr_text() keeps the earlier runs' output above a '---- restart ----' line."""
+        if self.process is not None:
+            raise RuntimeError("restart() needs a stopped server")
+        self._previous_output = self.stderr_text() + "---- restart ----\n"
+        self.returncode = None
+        return self.start()
+
     def _kill(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.kill()
@@ -170,9 +206,10 @@ class TachyonServer:
         if self._log:
             self._log.flush()
         try:
-            return Path(self._log_path).read_text(errors="replace") if self._log_path else ""
+            text = Path(self._log_path).read_text(errors="replace") if self._log_path else ""
         except OSError:
-            return ""
+            text = ""
+        return self._previous_output + text
 
     def dump_stderr(self, why: str, last_lines: int = 80) -> None:
         if self.quiet:
@@ -185,18 +222,18 @@ class TachyonServer:
         print("---- end of server output ----", file=sys.stderr)
         sys.stderr.flush()
 
-    def get_json(self, path: str) -> tuple[int, object]:
-        status, body = http_get(self.url + path)
+    def get_json(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, object]:
+        status, body = http_get(self.url + path, headers=headers)
         try:
             return status, json.loads(body) if body else None
         except ValueError:
             return status, body
 
 
-def metrics(base_url: str) -> dict[str, float]:
+def metrics(base_url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
     """GET /metrics as {name: value}, values summed over label sets. Histograms give
     name_bucket/name_sum/name_count entries."""
-    status, body = http_get(base_url.rstrip("/") + "/metrics")
+    status, body = http_get(base_url.rstrip("/") + "/metrics", headers=headers)
     if status != 200:
         raise RuntimeError(f"GET /metrics answered {status}")
     return parse_prometheus(body.decode())
@@ -221,3 +258,42 @@ def parse_prometheus(text: str) -> dict[str, float]:
             continue
         values[name] = values.get(name, 0.0) + value
     return values
+
+
+def parse_prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample as (name, {label: value}, value), label sets kept apart."""
+    samples = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        labels: dict[str, str] = {}
+        if "{" in line and "}" in line:
+            name = line[:line.index("{")]
+            inner = line[line.index("{") + 1:line.rindex("}")]
+            rest = line[line.rindex("}") + 1:].split()
+            position = 0
+            while position < len(inner):
+                equals = inner.find("=", position)
+                if equals < 0 or equals + 1 >= len(inner) or inner[equals + 1] != '"':
+                    break
+                label = inner[position:equals].strip().lstrip(",").strip()
+                value, i = [], equals + 2
+                while i < len(inner) and inner[i] != '"':
+                    if inner[i] == "\\" and i + 1 < len(inner):
+                        i += 1
+                        value.append({"n": "\n"}.get(inner[i], inner[i]))
+                    else:
+                        value.append(inner[i])
+                    i += 1
+                labels[label] = "".join(value)
+                position = i + 1
+        else:
+            name, *rest = line.split()
+        if not rest:
+            continue
+        try:
+            samples.append((name, labels, float(rest[0])))
+        except ValueError:
+            continue
+    return samples
