@@ -129,17 +129,9 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
 bool Scheduler::schedule_running(Request* request, int num_new, SchedulerOutput& output,
                                  int& budget) {
   while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
-    // Make room by preempting the least urgent running request (the last one).
-    Request* victim = running_.back();
-    output.preempted.push_back(victim->id);
-    preempt(victim);
-    // A victim already scheduled this step loses its place in the batch.
-    std::erase_if(output.scheduled, [&](const ScheduledRequest& item) {
-      if (item.request != victim) return false;
-      budget += item.num_new_tokens;
-      step_charge_[victim->tenant] -= item.num_new_tokens / victim->tenant_weight;
-      return true;
-    });
+    // Make room by preempting the least urgent running request (possibly this one).
+    Request* victim = least_urgent_running();
+    preempt_for_step(victim, output, budget);
     if (victim == request) return false;
   }
   add_to_step(request, num_new, output, budget);
@@ -154,13 +146,38 @@ void Scheduler::add_to_step(Request* request, int num_new, SchedulerOutput& outp
   step_charge_[request->tenant] += num_new / request->tenant_weight;
 }
 
+Request* Scheduler::least_urgent_running() const {
+  Request* least = nullptr;
+  for (Request* request : running_) {
+    if (least == nullptr || ServeOrder()(least, request)) least = request;
+  }
+  return least;
+}
+
+void Scheduler::preempt_for_step(Request* victim, SchedulerOutput& output, int& budget) {
+  output.preempted.push_back(victim->id);
+  preempt(victim);
+  // A victim already scheduled this step loses its place in the batch.
+  std::erase_if(output.scheduled, [&](const ScheduledRequest& item) {
+    if (item.request != victim) return false;
+    budget += item.num_new_tokens;
+    step_charge_[victim->tenant] -= item.num_new_tokens / victim->tenant_weight;
+    return true;
+  });
+}
+
 bool Scheduler::admit(Request* request, int budget_share, SchedulerOutput& output, int& budget) {
   const int num_new = std::min(request->num_uncomputed_tokens(), budget_share);
-  if (!grow_blocks(request, request->num_computed_tokens + num_new)) {
-    pool_.release(request->blocks);
-    request->blocks.clear();
-    request->num_computed_tokens = 0;
-    return false;
+  while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
+    // A more urgent request may take the blocks of less urgent running ones.
+    Request* victim = least_urgent_running();
+    if (victim == nullptr || victim->priority <= request->priority) {
+      pool_.release(request->blocks);
+      request->blocks.clear();
+      request->num_computed_tokens = 0;
+      return false;
+    }
+    preempt_for_step(victim, output, budget);
   }
   if (!request->admitted_before) {
     request->admitted_before = true;
@@ -180,8 +197,7 @@ SchedulerOutput Scheduler::schedule() {
   int budget = config_.max_batch_tokens;
   ++step_;
   step_charge_.clear();
-  // Kept in preemption order: the last one is the least urgent (lowest priority, latest).
-  std::sort(running_.begin(), running_.end(), ServeOrder());
+  std::sort(running_.begin(), running_.end(), ServeOrder());  // decodes go most urgent first
 
   // 1. Decodes first, one token each, most urgent first: streams never stall behind prompts.
   const std::vector<Request*> decoding = [&] {

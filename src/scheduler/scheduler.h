@@ -6,6 +6,7 @@
 // tenant's own requests are first come, first served. When KV blocks run out, the lowest-priority, most
 // recently arrived running request is preempted: its blocks are released (full ones stay in
 // the prefix cache) and it is recomputed later from its tokens, so its output does not change.
+// A waiting request may likewise preempt running requests of a lower priority to be admitted.
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
@@ -84,6 +85,10 @@ class Scheduler {
   // tokens; false (its blocks released) when they do not fit.
   bool admit(Request* request, int budget_share, SchedulerOutput& output, int& budget);
   void add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget);
+  // The running request to preempt first: lowest priority, latest arrival.
+  Request* least_urgent_running() const;
+  // Preempts `victim`, taking it out of the step being built.
+  void preempt_for_step(Request* victim, SchedulerOutput& output, int& budget);
   // Moves a running request back to waiting, releasing its blocks.
   void preempt(Request* request);
   // Takes the longest run of cached blocks that starts the request's tokens (leaving at least

@@ -750,6 +750,28 @@ def test_timeout_server(tachyon: str, model: str | None) -> None:
     check("timeout server: SIGTERM exits 0", server.returncode == 0, f"exit {server.returncode}")
 
 
+def test_ping_server(tachyon: str, model: str | None) -> None:
+    """--sse-ping-interval 0.1: while a long prompt is processed, the stream carries `: ping`
+    comments before the first token."""
+    server = TachyonServer(tachyon, model, check_exit=False,
+                           args=["-c", str(CTX), "--sse-ping-interval", "0.1",
+                                 "--max-batch-tokens", "64"])
+    corpus = (ROOT.parent / "shared/data/corpus/tinyshakespeare.txt").read_text()
+    with server:
+        http = httpx.Client(base_url=server.url, timeout=120)
+        model_id = http.get("/v1/models").json()["data"][0]["id"]
+        body = {"model": model_id, "prompt": corpus[:5000], "max_tokens": 2, "stream": True}
+        with http.stream("POST", "/v1/completions", json=body) as response:
+            raw = b"".join(response.iter_raw())
+        first_data = raw.find(b"data: ")
+        check("long prompt: `: ping` comments before the first token",
+              raw.find(b": ping\n\n") != -1 and raw.find(b": ping\n\n") < first_data,
+              raw[:200])
+        check("long prompt with pings: still ends with data: [DONE]",
+              raw.endswith(b"data: [DONE]\n\n"), raw[-80:])
+    check("ping server: SIGTERM exits 0", server.returncode == 0, f"exit {server.returncode}")
+
+
 def run_all(url: str, ctx: int, expected_id: str | None) -> None:
     try:
         api = Api(url, ctx)
@@ -798,6 +820,7 @@ def main() -> int:
             check("server started", False, f"{type(error).__name__}: {error}")
         check("SIGTERM: tachyon serve exits 0", server.returncode == 0, f"exit {server.returncode}")
         section("limits server", test_limits_server, args.tachyon, args.model)
+        section("ping server", test_ping_server, args.tachyon, args.model)
         section("timeout server", test_timeout_server, args.tachyon, args.model)
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0

@@ -155,33 +155,70 @@ TEST(SchedulerTest, TenantsShareByWeightedFairQueuing) {
   EXPECT_EQ(admitted_tenants, (std::vector<uint64_t>{1, 2, 1}));
 }
 
-// Service a tenant got while alone is not held against it when another tenant shows up later,
-// and an idle tenant earns no credit: both start at the system's virtual clock.
-TEST(SchedulerTest, ReturningTenantsStartLevel) {
+// A tenant returning from idle goes ahead of a busy tenant's backlog, with a bounded credit:
+// a tenant that was served far more than the others does not.
+TEST(SchedulerTest, ReturningLightTenantGoesFirst) {
   KvBlockPool pool(256, false);
-  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 1, .block_size = 16}, pool);
-  auto alone = make_request(1, 40);
-  alone->tenant = 2;  // B runs alone first and is served 40+ tokens
-  scheduler.add(std::move(alone));
-  step(scheduler);
-  step(scheduler);
-  scheduler.remove(1);
-  for (RequestId id = 2; id <= 4; ++id) {  // then A floods
+  SchedulerConfig config{.max_batch_tokens = 64, .max_running_requests = 1, .block_size = 16};
+  config.burst_credit_tokens = 100;
+  Scheduler scheduler(config, pool);
+  for (RequestId id = 1; id <= 8; ++id) {  // A floods; one running slot
     auto request = make_request(id, 20);
     request->tenant = 1;
     scheduler.add(std::move(request));
   }
-  SchedulerOutput a_first = step(scheduler);
-  scheduler.remove(a_first.scheduled[0].request->id);
-  auto back = make_request(5, 20);  // B returns, level with A (ties go to earlier arrivals)
-  back->tenant = 2;
-  scheduler.add(std::move(back));
-  SchedulerOutput next = step(scheduler);  // A's request 3 (tied, arrived first)
+  for (int round = 0; round < 5; ++round) {  // A is served 5 x 21 tokens
+    SchedulerOutput output = step(scheduler);
+    scheduler.remove(output.scheduled[0].request->id);
+  }
+  auto light = make_request(20, 20);  // B arrives: served before A's backlog
+  light->tenant = 2;
+  scheduler.add(std::move(light));
+  SchedulerOutput next = step(scheduler);
   ASSERT_EQ(next.scheduled.size(), 1u);
-  scheduler.remove(next.scheduled[0].request->id);
-  SchedulerOutput after = step(scheduler);  // then B, before A's request 4
-  ASSERT_EQ(after.scheduled.size(), 1u);
-  EXPECT_EQ(after.scheduled[0].request->tenant, 2u) << "B's earlier service was held against it";
+  EXPECT_EQ(next.scheduled[0].request->tenant, 2u);
+  scheduler.remove(20);
+  // Its credit is bounded: B returning again right away is level with A, and A's earlier
+  // request goes first.
+  auto again = make_request(21, 20);
+  again->tenant = 2;
+  scheduler.add(std::move(again));
+  // B was served 20 tokens from a start 100 behind the clock; A is at the clock: B still has
+  // credit left for one more request.
+  SchedulerOutput second = step(scheduler);
+  EXPECT_EQ(second.scheduled[0].request->tenant, 2u);
+  scheduler.remove(21);
+  auto third = make_request(22, 200);  // a long one eats the rest of its credit
+  third->tenant = 2;
+  scheduler.add(std::move(third));
+  SchedulerOutput third_step = step(scheduler);
+  EXPECT_EQ(third_step.scheduled[0].request->tenant, 2u);
+  while (scheduler.find(22)->num_uncomputed_tokens() > 1) step(scheduler);
+  scheduler.remove(22);
+  auto fourth = make_request(23, 20);
+  fourth->tenant = 2;
+  scheduler.add(std::move(fourth));
+  SchedulerOutput fourth_step = step(scheduler);
+  EXPECT_EQ(fourth_step.scheduled[0].request->tenant, 1u) << "B used up its credit";
+}
+
+// Under KV pressure a waiting high-priority request preempts low-priority running ones; a
+// waiting request of the same priority waits instead.
+TEST(SchedulerTest, HighPriorityPreemptsLowerPriorityToBeAdmitted) {
+  KvBlockPool pool(4, false);
+  Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 8, .block_size = 16}, pool);
+  scheduler.add(make_request(1, 60, Priority::kLow));  // takes all 4 blocks
+  step(scheduler);
+  scheduler.add(make_request(2, 20, Priority::kLow));
+  SchedulerOutput same = step(scheduler);
+  EXPECT_TRUE(same.preempted.empty());
+  EXPECT_EQ(scheduler.find(2)->state, RequestState::kWaiting);
+  scheduler.add(make_request(3, 20, Priority::kHigh));
+  SchedulerOutput urgent = step(scheduler);
+  ASSERT_EQ(urgent.preempted.size(), 1u);
+  EXPECT_EQ(urgent.preempted[0], 1u);
+  EXPECT_EQ(scheduler.find(3)->state, RequestState::kRunning);
+  EXPECT_EQ(scheduler.find(1)->state, RequestState::kWaiting);
 }
 
 }  // namespace
