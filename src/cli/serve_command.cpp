@@ -134,6 +134,9 @@ Status run_serve(ServeCommandOptions& options) {
   });
   Status status = http_server.run();
   loader.join();
+  // The engine goes first: its unfinished requests' streams hold wake-up callbacks bound to
+  // the server's strands, which must not outlive the server's io_context.
+  loaded.engine.reset();
   if (status.ok()) spdlog::info("shut down");
   return status;
 }

@@ -47,6 +47,9 @@ struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
     std::lock_guard<std::mutex> lock(mutex);
     closed = true;
     timer = nullptr;
+    // The engine may keep this waker after the session (and even the server) is gone: it must
+    // not keep the strand alive past its io_context.
+    strand = asio::any_io_executor();
   }
 
   asio::any_io_executor strand;
