@@ -270,9 +270,13 @@ void Scheduler::on_step_done(const SchedulerOutput& output) {
     request->num_computed_tokens += item.num_new_tokens;
     tenants_[request->tenant].virtual_time += item.num_new_tokens / request->tenant_weight;
     TACHYON_CHECK(request->num_computed_tokens <= request->num_tokens());
+    // Name the blocks that became full this step (earlier ones already are).
     const int num_full = request->num_computed_tokens / config_.block_size;
+    const int first_new = (request->num_computed_tokens - item.num_new_tokens) / config_.block_size;
     extend_block_hashes(request, num_full);
-    for (int i = 0; i < num_full; ++i) pool_.set_hash(request->blocks[i], request->block_hashes[i]);
+    for (int i = first_new; i < num_full; ++i) {
+      pool_.set_hash(request->blocks[i], request->block_hashes[i]);
+    }
   }
   advance_virtual_clock();
 }

@@ -45,23 +45,7 @@ BLOCKS_USED = "tachyon:kv_cache_blocks_used"
 BLOCKS_TOTAL = "tachyon:kv_cache_blocks_total"
 GENERATED = "tachyon:generation_tokens_total"
 
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition, detail: object = "") -> bool:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
-    sys.stdout.flush()
-    return bool(condition)
-
-
-def info(what: str) -> None:
-    print(f"info  {what}")
-    sys.stdout.flush()
+from checks import results, check, info  # noqa: E402
 
 
 def settle(url: str, timeout: float = SETTLE_SECONDS) -> tuple[bool, float, dict]:

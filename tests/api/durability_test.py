@@ -46,31 +46,7 @@ LOAD_KEYS = ("alpha", "beta")
 KILL_AFTER_FINISHED = 30  # requests the clients saw finish in a round before its kill
 KILL_AFTER_SECONDS = 30.0  # or this long, whichever comes first
 
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition, detail: object = "") -> bool:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
-    sys.stdout.flush()
-    return bool(condition)
-
-
-def info(what: str) -> None:
-    print(f"info  {what}")
-    sys.stdout.flush()
-
-
-def section(name: str, function, *args) -> None:
-    try:
-        function(*args)
-    except Exception as error:  # noqa: BLE001
-        check(f"{name} (ran without raising)", False,
-              f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}")
+from checks import results, check, info, section  # noqa: E402
 
 
 class Finished:

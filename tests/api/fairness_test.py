@@ -56,23 +56,7 @@ MAX_RATIO = 3.0
 A_RAMP_SECONDS = 5.0  # A's streams start one after another over this long
 LOAD_WARMUP_SECONDS = 20.0  # at most this long for A to fill the engine
 
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition, detail: object = "") -> bool:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
-    sys.stdout.flush()
-    return bool(condition)
-
-
-def info(what: str) -> None:
-    print(f"info  {what}")
-    sys.stdout.flush()
+from checks import results, check, info  # noqa: E402
 
 
 class Prompts:

@@ -39,31 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT.parent / "shared/data/corpus/tinyshakespeare.txt"
 CTX = 2048  # the server is started with -c CTX; the context checks depend on it
 
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition, detail: object = "") -> bool:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
-    sys.stdout.flush()
-    return bool(condition)
-
-
-def info(what: str) -> None:
-    print(f"info  {what}")
-
-
-def section(name: str, function, *args) -> None:
-    """Runs one group of checks; an exception in it is one failure, the rest still run."""
-    try:
-        function(*args)
-    except Exception as error:  # noqa: BLE001
-        check(f"{name} (ran without raising)", False,
-              f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}")
+from checks import results, check, info, section  # noqa: E402
 
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

@@ -1,0 +1,31 @@
+"""The house style of the API tests: `check` prints one ok/FAIL line per assertion and counts it,
+`info` prints context, `section` runs a group of checks so that an exception in it is one
+failure and the rest still run. A script exits 1 when results["failed"] > 0."""
+import sys
+import traceback
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(what: str, condition, detail: object = "") -> bool:
+    if condition:
+        results["passed"] += 1
+        print(f"ok    {what}")
+    else:
+        results["failed"] += 1
+        print(f"FAIL  {what}: {detail}")
+    sys.stdout.flush()
+    return bool(condition)
+
+
+def info(what: str) -> None:
+    print(f"info  {what}")
+    sys.stdout.flush()
+
+
+def section(name: str, function, *args) -> None:
+    try:
+        function(*args)
+    except Exception as error:  # noqa: BLE001
+        check(f"{name} (ran without raising)", False,
+              f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}")
