@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "gateway/tenant_limiter.h"
 
@@ -126,12 +127,26 @@ std::shared_ptr<TenantLimiter> Gateway::limiter_for(const Tenant& tenant) {
 }
 
 AdmitResult Gateway::admit(const Tenant& tenant, std::string_view model, int64_t prompt_tokens,
-                           std::optional<int64_t> max_tokens) {
+                           std::optional<int64_t> max_tokens, std::string_view request_id) {
   std::shared_ptr<TenantLimiter> limiter = limiter_for(tenant);
   std::variant<Charge, Rejection> outcome =
       limiter->admit(tenant.policy, model, prompt_tokens, max_tokens, clock_->steady(),
                      clock_->unix_seconds(), ledger_.get());
-  if (auto* rejection = std::get_if<Rejection>(&outcome)) return std::move(*rejection);
+  if (auto* rejection = std::get_if<Rejection>(&outcome)) {
+    if (ledger_ && !request_id.empty() && rejection->reason != kReasonLedgerError) {
+      UsageRecord record;
+      record.request_id = std::string(request_id);
+      record.unix_time = clock_->unix_seconds();
+      record.key_id = tenant.key_id;
+      record.key_name = tenant.name;
+      record.model = std::string(model);
+      record.status = "rejected";
+      record.finish_reason = rejection->reason;
+      Result<bool> written = ledger_->record(record);
+      if (!written.ok()) spdlog::error("usage ledger: {}", written.status().message());
+    }
+    return std::move(*rejection);
+  }
   const Charge& charge = std::get<Charge>(outcome);
   return Admission(std::move(limiter), ledger_, clock_, std::string(model), charge.tokens,
                    charge.max_tokens);

@@ -73,9 +73,11 @@ class Gateway {
   // token quota (429 insufficient_quota, should_retry false); concurrency (429 requests, retry
   // in 1 s); RPM bucket (429 requests) and TPM bucket (429 tokens), with Retry-After from the
   // refill rate. `max_tokens` is the request's own (nullopt when it gave none: the key's cap,
-  // if any, is then charged and reported by Admission::max_tokens()).
+  // if any, is then charged and reported by Admission::max_tokens()). A refused request with a
+  // `request_id` is written to the usage ledger: status "rejected", the reason as its
+  // finish_reason, no tokens (so it counts toward no quota).
   AdmitResult admit(const Tenant& tenant, std::string_view model, int64_t prompt_tokens,
-                    std::optional<int64_t> max_tokens);
+                    std::optional<int64_t> max_tokens, std::string_view request_id = {});
 
   // x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the key's RPM / TPM limits, in
   // that order; a limit the key does not have gets no headers.

@@ -195,10 +195,11 @@ void EngineCore::sample_and_emit(Request& request, Active& active, std::span<flo
 
 void EngineCore::step() {
   fail_expired();
-  SchedulerOutput output = scheduler_.schedule();
+  const auto now = std::chrono::steady_clock::now();
+  SchedulerOutput output =
+      scheduler_.schedule(std::chrono::duration<double>(now.time_since_epoch()).count());
   if (output.empty()) return;
   publish_metrics(0);  // running/waiting as of this step, before a possibly long forward pass
-  const auto now = std::chrono::steady_clock::now();
   for (const ScheduledRequest& item : output.scheduled) {
     Active& active = *active_.at(item.request->id);
     if (active.scheduled) continue;

@@ -33,6 +33,7 @@ std::set<Request*, Scheduler::ServeOrder>::iterator Scheduler::next_waiting() {
 
 void Scheduler::tenant_arrives(const Request& request) {
   Tenant& tenant = tenants_[request.tenant];
+  tenant.priority = request.priority;
   if (tenant.num_requests++ > 0) return;
   // A tenant that was idle starts a little behind the system's virtual clock: a short burst
   // from a light tenant goes ahead of a heavy tenant's backlog (its first token comes quickly),
@@ -55,7 +56,25 @@ void Scheduler::advance_virtual_clock() {
 void Scheduler::tenant_leaves(const Request& request) {
   auto found = tenants_.find(request.tenant);
   if (found == tenants_.end()) return;
-  --found->second.num_requests;
+  Tenant& tenant = found->second;
+  if (--tenant.num_requests > 0) return;
+  tenant.left_at = now_;
+  tenant.light_when_left = tenant.virtual_time < virtual_clock_;
+}
+
+bool Scheduler::yields_to_lighter_tenant(const Request* request) const {
+  if (config_.contended_prompt_tokens <= 0) return false;
+  const double own = virtual_time(request->tenant);
+  for (const auto& [id, tenant] : tenants_) {
+    const bool present = tenant.num_requests > 0 ||
+                         (tenant.light_when_left &&
+                          now_ - tenant.left_at <= config_.tenant_linger_seconds);
+    if (id != request->tenant && present && tenant.priority == request->priority &&
+        virtual_time(id) < own) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Scheduler::add(std::unique_ptr<Request> request) {
@@ -84,11 +103,15 @@ void Scheduler::remove(RequestId id) {
   requests_.erase(id);
 }
 
-void Scheduler::preempt(Request* request) {
-  running_.erase(std::find(running_.begin(), running_.end(), request));
+void Scheduler::release_blocks(Request* request) {
   pool_.release(request->blocks);
   request->blocks.clear();
   request->num_computed_tokens = 0;
+}
+
+void Scheduler::preempt(Request* request) {
+  running_.erase(std::find(running_.begin(), running_.end(), request));
+  release_blocks(request);
   request->state = RequestState::kWaiting;
   ++request->num_preemptions;
   ++counters_.preemptions;
@@ -172,9 +195,7 @@ bool Scheduler::admit(Request* request, int budget_share, SchedulerOutput& outpu
     // A more urgent request may take the blocks of less urgent running ones.
     Request* victim = least_urgent_running();
     if (victim == nullptr || victim->priority <= request->priority) {
-      pool_.release(request->blocks);
-      request->blocks.clear();
-      request->num_computed_tokens = 0;
+      release_blocks(request);
       return false;
     }
     preempt_for_step(victim, output, budget);
@@ -192,7 +213,8 @@ bool Scheduler::admit(Request* request, int budget_share, SchedulerOutput& outpu
   return true;
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(double now) {
+  now_ = std::max(now_, now);
   SchedulerOutput output;
   int budget = config_.max_batch_tokens;
   ++step_;
@@ -219,10 +241,14 @@ SchedulerOutput Scheduler::schedule() {
   // takes at most half the remaining budget, so a short request is not stuck behind it. Once
   // the step finishes some prompt (its first token comes out of this step), it takes only
   // more prompts that finish too: partial chunks of long prompts would only delay that token.
+  // While a lighter tenant is present (or was, a few steps ago), heavier tenants share
+  // contended_prompt_tokens per step: steps stay short, so the light tenant's next request
+  // waits little for the step in progress, and then gets the full budget.
   // Nothing is admitted in a step that had to preempt (memory is full), and nothing jumps
   // ahead of a waiting request that does not fit.
   bool admitting = true;
   bool finishing_step = false;
+  int contended_left = config_.contended_prompt_tokens;  // for tenants ahead of a lighter one
   while (budget > 0) {
     Request* prompt = nullptr;
     int num_prompts = 0;
@@ -242,18 +268,31 @@ SchedulerOutput Scheduler::schedule() {
     if (prompt == nullptr && waiting == nullptr) break;
     const bool competition = num_prompts + (waiting != nullptr ? 1 : 0) > 1;
     // What the fairest candidate gets: all it needs if that fits, else (when others compete)
-    // half of what is left.
-    auto share_for = [&](int needed) {
-      if (needed <= budget || !competition) return std::min(needed, budget);
-      return std::max(1, (budget + 1) / 2);
-    };
-    if (waiting != nullptr && (prompt == nullptr || fairly_before(waiting, prompt))) {
-      take_cached_prefix(waiting);  // what it needs is what the prefix cache does not hold
-      if (!admit(waiting, share_for(waiting->num_uncomputed_tokens()), output, budget)) {
-        admitting = false;
+    // half of what is left; and if a lighter tenant is present, no more than what is left of
+    // contended_prompt_tokens.
+    auto share_for = [&](const Request* request, int needed) {
+      int share = (needed <= budget || !competition) ? std::min(needed, budget)
+                                                     : std::max(1, (budget + 1) / 2);
+      if (yields_to_lighter_tenant(request)) {
+        share = std::min(share, contended_left);
+        contended_left -= share;
       }
+      return share;
+    };
+    const bool admit_next =
+        waiting != nullptr && (prompt == nullptr || fairly_before(waiting, prompt));
+    // What a waiting request needs is what the prefix cache does not hold.
+    if (admit_next) take_cached_prefix(waiting);
+    Request* fairest = admit_next ? waiting : prompt;
+    const int share = share_for(fairest, fairest->num_uncomputed_tokens());
+    if (share <= 0) {  // the fairest may take no more this step: neither may the rest
+      if (admit_next) release_blocks(waiting);
+      break;
+    }
+    if (admit_next) {
+      if (!admit(waiting, share, output, budget)) admitting = false;
     } else {
-      schedule_running(prompt, share_for(prompt->num_uncomputed_tokens()), output, budget);
+      schedule_running(prompt, share, output, budget);
     }
     if (!output.scheduled.empty() && output.scheduled.back().samples_next_token &&
         output.scheduled.back().num_new_tokens > 1) {

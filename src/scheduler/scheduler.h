@@ -28,6 +28,14 @@ struct SchedulerConfig {
   int block_size = 16;
   // Tokens (÷ weight) a tenant returning from idle may be served ahead of the busiest ones.
   double burst_credit_tokens = 512;
+  // While tenants of one priority compete, those ahead of the least-served one get at most
+  // this many prompt tokens per step (0: no cap). Short steps mean that a light tenant's new
+  // request waits little for the step in progress, and then gets the full budget itself.
+  int contended_prompt_tokens = 64;
+  // A light tenant (served less than the busiest, i.e. behind the virtual clock) counts as
+  // competing for this long after its last request left: a client sending one request after
+  // another is not forgotten between them.
+  double tenant_linger_seconds = 10.0;
 };
 
 struct SchedulerCounters {
@@ -46,7 +54,9 @@ class Scheduler {
   void remove(RequestId id);
   Request* find(RequestId id);
 
-  SchedulerOutput schedule();
+  // The next step's work; `now` is a monotonic clock in seconds (it only measures how long a
+  // tenant has been away).
+  SchedulerOutput schedule(double now);
   // After the model ran `output`: advances num_computed_tokens and names newly full blocks
   // for the prefix cache.
   void on_step_done(const SchedulerOutput& output);
@@ -77,6 +87,9 @@ class Scheduler {
   void tenant_arrives(const Request& request);
   void tenant_leaves(const Request& request);
   void advance_virtual_clock();
+  // True when a present tenant of the request's priority has been served less than its own:
+  // its prompt work is then capped at contended_prompt_tokens per step.
+  bool yields_to_lighter_tenant(const Request* request) const;
 
   // Schedules `num_new` tokens of a running request, preempting the least urgent requests
   // while blocks are short; false when the request itself had to be preempted.
@@ -91,6 +104,8 @@ class Scheduler {
   void preempt_for_step(Request* victim, SchedulerOutput& output, int& budget);
   // Moves a running request back to waiting, releasing its blocks.
   void preempt(Request* request);
+  // Releases all its blocks (num_computed_tokens back to 0).
+  void release_blocks(Request* request);
   // Takes the longest run of cached blocks that starts the request's tokens (leaving at least
   // its last token to compute) and sets num_computed_tokens accordingly.
   void take_cached_prefix(Request* request);
@@ -108,10 +123,14 @@ class Scheduler {
   struct Tenant {
     double virtual_time = 0;  // tokens computed for it / weight
     int num_requests = 0;     // waiting or running
+    Priority priority = Priority::kNormal;  // of its latest request
+    double left_at = 0;  // `now` when its last request left
+    bool light_when_left = false;  // it was behind the virtual clock then
   };
   std::unordered_map<uint64_t, Tenant> tenants_;
   double virtual_clock_ = 0;  // virtual time of the least-served active tenant, monotonic
   uint64_t step_ = 0;
+  double now_ = 0;  // as of the latest schedule()
   // Tokens given to each tenant in the step being scheduled (÷ weight), so that fairness also
   // holds within one step.
   std::unordered_map<uint64_t, double> step_charge_;

@@ -321,7 +321,7 @@ std::optional<ApiError> ApiRouter::admit(const gateway::Tenant& tenant, const Op
   }
   gateway::AdmitResult result =
       gateway.admit(tenant, parsed.model, static_cast<int64_t>(engine_request.prompt.size()),
-                    max_tokens);
+                    max_tokens, connection.unique_request_id());
   connection.set_extra_headers(gateway.rate_limit_headers(tenant));
   if (const auto* rejection = std::get_if<gateway::Rejection>(&result)) {
     return ApiError::from_rejection(*rejection);

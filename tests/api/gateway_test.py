@@ -553,10 +553,13 @@ def test_usage(ctx: Context) -> None:
               f"completion tokens",
               (finished, row["prompt_tokens"], row["completion_tokens"]) ==
               (count, prompt, completion) and row["total_tokens"] == prompt + completion, row)
-        if row.get("rejected"):
-            check(f"usage {name}: rejected rows = the gateway refusals the clients saw",
-                  row["rejected"] == ctx.rejected.get(name, 0),
-                  f"{row['rejected']} vs {ctx.rejected.get(name, 0)}")
+        check(f"usage {name}: rejected rows = the {ctx.rejected.get(name, 0)} gateway refusals "
+              f"the clients saw", row.get("rejected", 0) == ctx.rejected.get(name, 0),
+              f"{row.get('rejected')} vs {ctx.rejected.get(name, 0)}")
+    restricted = by_key.get("restricted")
+    check("usage restricted: its two 403s are rejected rows with no tokens",
+          restricted is not None and restricted["requests"] == restricted["rejected"] == 2 and
+          restricted["total_tokens"] == 0, restricted)
     unused = [name for name in ("doomed",) if name in by_key and
               by_key[name]["requests"] - by_key[name].get("rejected", 0) > 0]
     check("no usage for requests that were refused with 401", not unused, unused)

@@ -353,6 +353,29 @@ TEST_F(GatewayTest, FinishIsIdempotentPerRequestId) {
   EXPECT_EQ((*rows)[0].requests, 1);
 }
 
+// A refused request is in the ledger (status "rejected", its reason) but spends no quota.
+TEST_F(GatewayTest, RejectionsAreRecordedWithoutTokens) {
+  TempDatabase db;
+  Result<std::unique_ptr<Gateway>> gateway = Gateway::open(db.path(), {}, options());
+  ASSERT_TRUE(gateway.ok());
+  KeyPolicy policy;
+  policy.daily_tokens = 1000;
+  policy.models = {"m"};
+  const Tenant alice = tenant(policy, 7, "alice");
+  AdmitResult admitted = (*gateway)->admit(alice, "m", 300, 100, "ok-1");
+  ASSERT_EQ(rejection_of(admitted), nullptr);
+  ASSERT_TRUE(std::get<Admission>(admitted).finish(usage("ok-1", 300, 100)).ok());
+  ASSERT_NE(rejection_of((*gateway)->admit(alice, "other-model", 10, 10, "refused-1")), nullptr);
+  ASSERT_NE(rejection_of((*gateway)->admit(alice, "other-model", 10, 10)), nullptr);  // no id
+  EXPECT_EQ(*(*gateway)->ledger()->tokens_since(7, 0), 400);
+  Result<std::vector<UsageSummary>> rows = (*gateway)->ledger()->summarize(UsageQuery{});
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].requests, 2);
+  EXPECT_EQ((*rows)[0].rejected, 1);
+  EXPECT_EQ((*rows)[0].prompt_tokens, 300);
+}
+
 TEST_F(GatewayTest, AbandonedAdmissionFreesItsSlot) {
   Gateway gateway(nullptr, {}, nullptr, options());
   KeyPolicy policy;

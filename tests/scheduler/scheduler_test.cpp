@@ -17,9 +17,12 @@ std::unique_ptr<Request> make_request(RequestId id, int num_prompt_tokens,
   return request;
 }
 
-// Runs the schedule and, for requests that sample, appends a token as the engine would.
+// Runs the schedule and, for requests that sample, appends a token as the engine would. Each
+// step takes 0.1 s of the scheduler's clock.
 SchedulerOutput step(Scheduler& scheduler) {
-  SchedulerOutput output = scheduler.schedule();
+  static double now = 0;
+  now += 0.1;
+  SchedulerOutput output = scheduler.schedule(now);
   scheduler.on_step_done(output);
   for (const ScheduledRequest& item : output.scheduled) {
     if (item.samples_next_token) item.request->tokens.push_back(7);
@@ -200,6 +203,54 @@ TEST(SchedulerTest, ReturningLightTenantGoesFirst) {
   scheduler.add(std::move(fourth));
   SchedulerOutput fourth_step = step(scheduler);
   EXPECT_EQ(fourth_step.scheduled[0].request->tenant, 1u) << "B used up its credit";
+}
+
+// Tokens the step gives to `tenant`'s requests.
+int tokens_of(const SchedulerOutput& output, uint64_t tenant) {
+  int total = 0;
+  for (const ScheduledRequest& item : output.scheduled) {
+    if (item.request->tenant == tenant) total += item.num_new_tokens;
+  }
+  return total;
+}
+
+// While a lighter tenant is around, a heavy tenant's steps stay short (so the light tenant's
+// next request does not wait long for the step in progress) and the light one gets the full
+// budget; once it has been gone for tenant_linger_steps, the heavy tenant has it all again.
+TEST(SchedulerTest, HeavyTenantStepsStayShortWhileALightTenantIsPresent) {
+  KvBlockPool pool(1024, false);
+  SchedulerConfig config{.max_batch_tokens = 256, .max_running_requests = 16, .block_size = 16};
+  config.contended_prompt_tokens = 64;
+  config.tenant_linger_seconds = 0.35;  // 3 steps
+  Scheduler scheduler(config, pool);
+  for (RequestId id = 1; id <= 6; ++id) {  // A: long prompts
+    auto request = make_request(id, 1000);
+    request->tenant = 1;
+    scheduler.add(std::move(request));
+  }
+  EXPECT_EQ(tokens_of(step(scheduler), 1), 256) << "alone, A uses the whole budget";
+
+  auto light = make_request(20, 150);
+  light->tenant = 2;
+  scheduler.add(std::move(light));
+  SchedulerOutput shared = step(scheduler);
+  EXPECT_EQ(tokens_of(shared, 2), 150) << "B's whole prompt in one step";
+  EXPECT_LE(tokens_of(shared, 1), 64);
+  scheduler.remove(20);  // B got its answer and left
+
+  for (int i = 0; i < 3; ++i) {  // B may come back: A's steps stay short meanwhile (0.3 s)
+    EXPECT_EQ(tokens_of(step(scheduler), 1), 64) << "step " << i << " after B left";
+  }
+  EXPECT_EQ(tokens_of(step(scheduler), 1), 256) << "B has been gone long enough";
+
+  // Two tenants of different priorities do not cap each other (priority already orders them).
+  auto urgent = make_request(30, 40, Priority::kHigh);
+  urgent->tenant = 3;
+  scheduler.add(std::move(urgent));
+  EXPECT_EQ(tokens_of(step(scheduler), 3), 40);
+  SchedulerOutput mixed = step(scheduler);
+  EXPECT_EQ(tokens_of(mixed, 3), 1);  // its decode
+  EXPECT_EQ(tokens_of(mixed, 1), 255);
 }
 
 // Under KV pressure a waiting high-priority request preempts low-priority running ones; a
