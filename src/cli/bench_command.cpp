@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include <boost/json.hpp>
@@ -13,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/model_session.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/bandwidth_probe.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/engine.h"
 
@@ -29,6 +31,7 @@ struct BenchOptions {
   int parallel = 0;
   int parallel_prompt = 128;
   int parallel_gen = 64;
+  bool roofline = true;  // measure memory bandwidth and print the decode roofline
   bool json = false;
 };
 
@@ -45,6 +48,27 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
   for (double rate : rates) sum_squares += (rate - m.mean) * (rate - m.mean);
   m.stddev = rates.size() > 1 ? std::sqrt(sum_squares / (rates.size() - 1)) : 0.0;
   return m;
+}
+
+// Bytes one decoded token reads: every weight matrix once (the output matrix too, even when it
+// is the tied embedding; the embedding lookup itself reads one row), the norms, and the keys
+// and values of `context` cached positions.
+double decode_bytes_per_token(const DecoderModel& model, double context, DType cache_type) {
+  const ModelConfig& config = model.config();
+  auto bytes = [](const kernels::WeightMatrix& w) {
+    return static_cast<double>(w.row_bytes()) * static_cast<double>(w.rows);
+  };
+  double total = bytes(model.weights().output) +
+                 static_cast<double>(model.weights().token_embedding.row_bytes());
+  for (const LayerWeights& layer : model.weights().layers) {
+    total += bytes(layer.query) + bytes(layer.key) + bytes(layer.value) +
+             bytes(layer.attention_output) + bytes(layer.gate) + bytes(layer.up) +
+             bytes(layer.down);
+  }
+  total += static_cast<double>(config.hidden_size) * sizeof(float) * (2 * config.num_layers + 1);
+  const double cache_element = cache_type == DType::kF32 ? 4.0 : 2.0;
+  total += static_cast<double>(config.num_layers) * 2 * config.kv_size() * cache_element * context;
+  return total;
 }
 
 Status run_bench(const BenchOptions& options) {
@@ -147,10 +171,39 @@ Status run_bench(const BenchOptions& options) {
     results.push_back(summarize(fmt::format("batched{}", options.parallel), rates));
   }
 
+  // The decode roofline: measured read bandwidth / bytes per decoded token.
+  struct Roofline {
+    kernels::BandwidthMeasurement bandwidth;
+    double bytes_per_token = 0;
+    double tokens_per_second = 0;
+    double measured = 0;  // tgN tokens/s, 0 when not run
+  };
+  std::optional<Roofline> roofline;
+  if (options.roofline) {
+    Roofline r;
+    r.bandwidth = kernels::measure_read_bandwidth(*session.pool);
+    r.bytes_per_token = decode_bytes_per_token(model, (options.generated_tokens - 1) / 2.0,
+                                               session.cache_type);
+    r.tokens_per_second = r.bandwidth.bytes_per_second / r.bytes_per_token;
+    for (const Measurement& m : results) {
+      if (m.test == fmt::format("tg{}", options.generated_tokens)) r.measured = m.mean;
+    }
+    roofline = r;
+  }
+
   if (options.json) {
     boost::json::array out;
     for (const Measurement& m : results) {
       out.push_back({{"test", m.test}, {"tokens_per_second", m.mean}, {"stddev", m.stddev}});
+    }
+    if (roofline) {
+      out.push_back({{"test", "roofline"},
+                     {"tokens_per_second", roofline->tokens_per_second},
+                     {"read_bandwidth_gb_per_s", roofline->bandwidth.bytes_per_second / 1e9},
+                     {"bytes_per_token", roofline->bytes_per_token},
+                     {"tg_fraction_of_roofline",
+                      roofline->measured > 0 ? roofline->measured / roofline->tokens_per_second
+                                             : 0.0}});
     }
     std::printf("%s\n", boost::json::serialize(out).c_str());
     return Status();
@@ -162,6 +215,19 @@ Status run_bench(const BenchOptions& options) {
   std::printf("%-8s %18s\n", "test", "tokens/s");
   for (const Measurement& m : results) {
     std::printf("%-8s %10.2f ± %5.2f\n", m.test.c_str(), m.mean, m.stddev);
+  }
+  if (roofline) {
+    std::printf("memory   %.1f GB/s read with %d threads (best of 5 passes over %zu MiB)\n",
+                roofline->bandwidth.bytes_per_second / 1e9, session.pool->num_threads(),
+                roofline->bandwidth.buffer_bytes >> 20);
+    std::printf("roofline %.1f MB read per decoded token (weights + KV cache at the tg test's mean "
+                "context): at most %.1f tokens/s",
+                roofline->bytes_per_token / 1e6, roofline->tokens_per_second);
+    if (roofline->measured > 0) {
+      std::printf("; tg%d reaches %.0f%%", options.generated_tokens,
+                  100.0 * roofline->measured / roofline->tokens_per_second);
+    }
+    std::printf("\n");
   }
   return Status();
 }
@@ -188,7 +254,10 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--parallel-gen", options->parallel_gen,
                       "Generated tokens per sequence in the batched test (64)")
       ->check(CLI::Range(1, 1 << 20));
-  command->add_flag("--json", options->json, "Print a JSON list of {test, tokens_per_second, stddev}");
+  command->add_flag("!--no-roofline", options->roofline,
+                    "Skip the memory-bandwidth probe and the decode roofline it gives");
+  command->add_flag("--json", options->json,
+                    "Print a JSON list of {test, tokens_per_second, stddev} (and a roofline entry)");
   command->callback([options] {
     Status status = run_bench(*options);
     if (!status.ok()) fail(status.message());

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
+
+#include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
 
 namespace tachyon {
@@ -24,7 +27,15 @@ class TensorLoader {
                                      "yet",
                                      name, dtype_name(tensor->type)));
     }
-    return kernels::WeightMatrix{tensor->type, tensor->data, rows, cols};
+    kernels::WeightMatrix w{tensor->type, tensor->data, rows, cols};
+    // Repacked once here, so every matmul streams the SIMD layout (TACHYON_NO_REPACK=1 keeps
+    // the file's layout, to compare).
+    static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
+    if (repack && kernels::RepackedWeights::supports(w)) {
+      weights_.repacked.push_back(kernels::RepackedWeights::repack(w));
+      w.packed = weights_.repacked.back()->data();
+    }
+    return w;
   }
 
   // A vector of `size` values as f32 (converted once when stored in another type).

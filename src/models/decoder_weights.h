@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/repacked_weights.h"
 #include "model_files/gguf_file.h"
 #include "models/model_config.h"
 
@@ -39,6 +40,8 @@ struct DecoderWeights {
 
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
+  // Matrices repacked for the SIMD kernels (WeightMatrix::packed points into these).
+  std::vector<std::unique_ptr<kernels::RepackedWeights>> repacked;
 };
 
 }  // namespace tachyon

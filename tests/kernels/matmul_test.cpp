@@ -3,6 +3,7 @@
 // dequantized weights with the unquantized activations (loose, bounded by the 8-bit rounding of
 // the activations).
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/repacked_weights.h"
 
 #include <gtest/gtest.h>
 
@@ -417,7 +418,8 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 // Q4_0..Q8_0 kernels repeat reference::dot_q8's float operations one by one (exact integer
 // block dots, then separately rounded muls and adds in block order), so every SIMD level equals
 // the reference bit for bit, for every token count (1..65: the decode, direct and panel paths,
-// every token-tile remainder) and row count (partial 8-row tiles, odd thread splits).
+// every token-tile remainder) and row count (partial 8-row tiles, odd thread splits), from the
+// file's layout and from weights repacked at load (Q4_0, Q4_1).
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
 TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
@@ -433,14 +435,24 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
       std::vector<float> y_ref(static_cast<size_t>(max_tokens * rows));
       ASSERT_TRUE(
           reference::matmul(type, w.data(), rows, cols, x.data(), max_tokens, y_ref.data()).ok());
-      const WeightMatrix matrix{type, w.data(), rows, cols};
-      for (KernelLevel level : simd_levels()) {
-        for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
-          for (ThreadPool* pool : {&pool1, &pool2}) {
-            std::vector<float> y(static_cast<size_t>(tokens * rows), NAN);
-            matmul_at_level(level, matrix, x.data(), tokens, y.data(), *pool);
-            ASSERT_EQ(0, std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)))
-                << case_name(type, level, rows, cols, tokens, pool->num_threads());
+      // The file's layout, and (Q4_0, Q4_1) the repacked one.
+      std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
+      std::unique_ptr<RepackedWeights> repacked;
+      if (RepackedWeights::supports(layouts[0])) {
+        repacked = RepackedWeights::repack(layouts[0]);
+        layouts.push_back(layouts[0]);
+        layouts.back().packed = repacked->data();
+      }
+      for (const WeightMatrix& matrix : layouts) {
+        for (KernelLevel level : simd_levels()) {
+          for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              std::vector<float> y(static_cast<size_t>(tokens * rows), NAN);
+              matmul_at_level(level, matrix, x.data(), tokens, y.data(), *pool);
+              ASSERT_EQ(0, std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)))
+                  << case_name(type, level, rows, cols, tokens, pool->num_threads())
+                  << (matrix.packed ? " (repacked)" : "");
+            }
           }
         }
       }

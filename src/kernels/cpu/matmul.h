@@ -18,6 +18,9 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  // The same weights repacked for the SIMD kernels (RepackedWeights), or null. When set, the
+  // SIMD kernels read only these; the reference kernels read `data`.
+  const uint8_t* packed = nullptr;
 
   size_t row_bytes() const;
 };

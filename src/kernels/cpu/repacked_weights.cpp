@@ -1,0 +1,49 @@
+#include "kernels/cpu/repacked_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace tachyon::kernels {
+
+void RepackedWeights::FreeAligned::operator()(uint8_t* p) const { std::free(p); }
+
+bool RepackedWeights::supports(const WeightMatrix& w) {
+  return repacked_block_bytes(w.type) > 0 && w.cols % 32 == 0 && w.rows > 0;
+}
+
+std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) {
+  TACHYON_CHECK(supports(w));
+  const int64_t blocks = w.cols / 32;
+  const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
+  const int64_t block_bytes = repacked_block_bytes(w.type);
+  const int64_t source_block_bytes = w.type == DType::kQ4_0 ? 2 + 16 : 2 + 2 + 16;
+  const int64_t qs_offset = source_block_bytes - 16;  // after d (and m)
+  const bool has_m = w.type == DType::kQ4_1;
+  const size_t row_bytes = w.row_bytes();
+
+  auto packed = std::unique_ptr<RepackedWeights>(new RepackedWeights());
+  packed->size_bytes_ = tiles * blocks * block_bytes;
+  const size_t allocated = (static_cast<size_t>(packed->size_bytes_) + 63) / 64 * 64;
+  packed->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, allocated)));
+  TACHYON_CHECK(packed->data_ != nullptr);
+  std::memset(packed->data_.get(), 0, allocated);
+  uint8_t* out = packed->data_.get();
+  for (int64_t t = 0; t < tiles; ++t) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* block = out + (t * blocks + b) * block_bytes;
+      for (int r = 0; r < kRepackedTileRows; ++r) {
+        const int64_t row = t * kRepackedTileRows + r;
+        if (row >= w.rows) break;  // padding stays zero
+        const uint8_t* source = w.data + row * row_bytes + b * source_block_bytes;
+        for (int p = 0; p < 4; ++p) std::memcpy(block + p * 32 + r * 4, source + qs_offset + 4 * p, 4);
+        std::memcpy(block + 128 + r * 2, source, 2);                // d
+        if (has_m) std::memcpy(block + 144 + r * 2, source + 2, 2);  // m
+      }
+    }
+  }
+  return packed;
+}
+
+}  // namespace tachyon::kernels

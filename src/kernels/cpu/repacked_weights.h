@@ -1,0 +1,47 @@
+// Q4_0 / Q4_1 weights repacked at load into 8-row tiles, the layout the SIMD kernels compute
+// in ("lanes are rows", see matmul_simd_q8.inc), so that decoding streams them straight from
+// memory into registers instead of gathering and transposing 8 rows' blocks on every call.
+// Same bytes per weight as the file (values stay 4-bit); results are bit for bit the same.
+//
+// Tile t holds rows 8t..8t+7 (a last partial tile is padded with zero blocks); its blocks follow
+// each other, kRepackedBlockBytes apart. Block b of a tile:
+//   q  4 x 32 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e. values
+//      4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones
+//   d  8 x f16: the rows' scales
+//   m  8 x f16: the rows' offsets (Q4_1 only)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul.h"
+
+namespace tachyon::kernels {
+
+inline constexpr int kRepackedTileRows = 8;
+
+// Bytes of one repacked block of 8 rows (0: the type is not repacked).
+constexpr int64_t repacked_block_bytes(DType type) {
+  return type == DType::kQ4_0 ? 128 + 16 : type == DType::kQ4_1 ? 128 + 32 : 0;
+}
+
+class RepackedWeights {
+ public:
+  // Whether `w` gains from repacking (its type has a repacked layout).
+  static bool supports(const WeightMatrix& w);
+  // Repacks `w` (supports(w) must hold); point w.packed at data() to use it.
+  static std::unique_ptr<RepackedWeights> repack(const WeightMatrix& w);
+
+  const uint8_t* data() const { return data_.get(); }
+  int64_t size_bytes() const { return size_bytes_; }
+
+ private:
+  struct FreeAligned {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeAligned> data_;
+  int64_t size_bytes_ = 0;
+};
+
+}  // namespace tachyon::kernels
