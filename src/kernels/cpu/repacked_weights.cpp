@@ -18,8 +18,10 @@ std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) 
   const int64_t blocks = w.cols / 32;
   const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
   const int64_t block_bytes = repacked_block_bytes(w.type);
-  const int64_t source_block_bytes = w.type == DType::kQ4_0 ? 2 + 16 : 2 + 2 + 16;
-  const int64_t qs_offset = source_block_bytes - 16;  // after d (and m)
+  const int64_t qs_bytes = w.type == DType::kQ8_0 ? 32 : 16;
+  const int64_t source_block_bytes = (w.type == DType::kQ4_1 ? 4 : 2) + qs_bytes;
+  const int64_t qs_offset = source_block_bytes - qs_bytes;  // after d (and m)
+  const int64_t scales = repacked_scales_offset(w.type);
   const bool has_m = w.type == DType::kQ4_1;
   const size_t row_bytes = w.row_bytes();
 
@@ -37,9 +39,11 @@ std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) 
         const int64_t row = t * kRepackedTileRows + r;
         if (row >= w.rows) break;  // padding stays zero
         const uint8_t* source = w.data + row * row_bytes + b * source_block_bytes;
-        for (int p = 0; p < 4; ++p) std::memcpy(block + p * 32 + r * 4, source + qs_offset + 4 * p, 4);
-        std::memcpy(block + 128 + r * 2, source, 2);                // d
-        if (has_m) std::memcpy(block + 144 + r * 2, source + 2, 2);  // m
+        for (int p = 0; p < qs_bytes / 4; ++p) {
+          std::memcpy(block + p * 32 + r * 4, source + qs_offset + 4 * p, 4);
+        }
+        std::memcpy(block + scales + r * 2, source, 2);                    // d
+        if (has_m) std::memcpy(block + scales + 16 + r * 2, source + 2, 2);  // m
       }
     }
   }

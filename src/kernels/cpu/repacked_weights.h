@@ -1,12 +1,13 @@
-// Q4_0 / Q4_1 weights repacked at load into 8-row tiles, the layout the SIMD kernels compute
-// in ("lanes are rows", see matmul_simd_q8.inc), so that decoding streams them straight from
-// memory into registers instead of gathering and transposing 8 rows' blocks on every call.
-// Same bytes per weight as the file (values stay 4-bit); results are bit for bit the same.
+// Q4_0, Q4_1 and Q8_0 weights repacked at load into 8-row tiles, the layout the SIMD kernels
+// compute in ("lanes are rows", see matmul_simd_q8.inc), so that decoding streams them straight
+// from memory into registers instead of gathering and transposing 8 rows' blocks on every call.
+// Same bytes per weight as the file; results are bit for bit the same.
 //
 // Tile t holds rows 8t..8t+7 (a last partial tile is padded with zero blocks); its blocks follow
-// each other, kRepackedBlockBytes apart. Block b of a tile:
-//   q  4 x 32 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e. values
-//      4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones
+// each other, repacked_block_bytes(type) apart. Block b of a tile:
+//   q  Q4_0/Q4_1: 4 x 32 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e.
+//      values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
+//      Q8_0: 8 x 32 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
 //   d  8 x f16: the rows' scales
 //   m  8 x f16: the rows' offsets (Q4_1 only)
 #pragma once
@@ -23,8 +24,13 @@ inline constexpr int kRepackedTileRows = 8;
 
 // Bytes of one repacked block of 8 rows (0: the type is not repacked).
 constexpr int64_t repacked_block_bytes(DType type) {
-  return type == DType::kQ4_0 ? 128 + 16 : type == DType::kQ4_1 ? 128 + 32 : 0;
+  return type == DType::kQ4_0   ? 128 + 16
+         : type == DType::kQ4_1 ? 128 + 32
+         : type == DType::kQ8_0 ? 256 + 16
+                                : 0;
 }
+// Offset of the 8 scales (f16) in a repacked block; the offsets (Q4_1) follow them.
+constexpr int64_t repacked_scales_offset(DType type) { return type == DType::kQ8_0 ? 256 : 128; }
 
 class RepackedWeights {
  public:
