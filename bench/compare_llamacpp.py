@@ -55,6 +55,15 @@ def main() -> int:
         ours = statistics.median(run[test] for run in tachyon_runs)
         theirs = statistics.median(run[test] for run in llamacpp_runs)
         print(f"| {test} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}x |")
+    # tachyon bench's decode roofline: measured read bandwidth / bytes read per decoded token.
+    rooflines = [run["roofline"] for run in tachyon_runs if "roofline" in run]
+    if rooflines:
+        roofline = statistics.median(rooflines)
+        ours = statistics.median(run["tg128"] for run in tachyon_runs)
+        theirs = statistics.median(run["tg128"] for run in llamacpp_runs)
+        print(f"\ndecode roofline (tachyon bench: measured read bandwidth / bytes per decoded "
+              f"token): {roofline:.1f} tokens/s; tg128 reaches {100 * ours / roofline:.0f}% of it "
+              f"(tachyon), {100 * theirs / roofline:.0f}% (llama.cpp)")
     return 0
 
 
