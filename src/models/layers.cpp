@@ -18,38 +18,60 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   // Work items: a KV head and a run of consecutive tokens, whose keys and values are widened
   // to f32 once and then shared by the run's queries.
   constexpr int kTokensPerItem = 16;
+  // Positions are folded into an online softmax a span at a time, spans aligned to absolute
+  // positions as in paged_attention, so a token's arithmetic depends only on its context.
+  constexpr int kSpan = 128;
   const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
   const int64_t work = runs * shape.num_kv_heads;
   // Later tokens see more positions and cost more, so items are dealt out round-robin rather
   // than in contiguous ranges, which would leave one thread with all the long ones.
   pool.run([&](int thread_index, int num_threads) {
-    // One row of scores per query head: O(context) memory, never a tokens x context matrix.
-    thread_local std::vector<float> scores;
-    thread_local std::vector<float> head_keys;    // f32 [positions, head_size]
-    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, positions]
-    thread_local std::vector<float> head_values;  // f32 [positions, head_size]
+    thread_local std::vector<float> head_keys;          // f32 [positions, head_size]
+    thread_local std::vector<float> head_values;        // f32 [positions, head_size]
+    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, kSpan]
+    thread_local std::vector<float> scores;             // f32 [group, kSpan]
+    thread_local std::vector<float> running_max, running_sum;  // f32 [item tokens, group]
+    thread_local std::vector<float> accumulator;        // f32 [item tokens, group, head_size]
+    keys_by_dimension.resize(static_cast<size_t>(head_size) * kSpan);
+    scores.resize(static_cast<size_t>(group) * kSpan);
+    running_max.resize(kTokensPerItem * group);
+    running_sum.resize(kTokensPerItem * group);
+    accumulator.resize(static_cast<size_t>(kTokensPerItem) * group * head_size);
     for (int64_t item = thread_index; item < work; item += num_threads) {
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const int first_token = static_cast<int>(item / shape.num_kv_heads) * kTokensPerItem;
-      const int last_token = std::min(num_tokens, first_token + kTokensPerItem) - 1;
-      const int num_positions = start_position + last_token + 1;
+      const int item_tokens = std::min(num_tokens - first_token, kTokensPerItem);
+      const int num_positions = start_position + first_token + item_tokens;
       head_keys.resize(static_cast<size_t>(num_positions) * head_size);
       head_values.resize(static_cast<size_t>(num_positions) * head_size);
       cache.load_head(layer, kv_head, head_size, num_positions, head_keys.data(),
                       head_values.data());
-      keys_by_dimension.resize(head_keys.size());
-      for (int p = 0; p < num_positions; ++p) {
-        for (int d = 0; d < head_size; ++d) {
-          keys_by_dimension[static_cast<size_t>(d) * num_positions + p] =
-              head_keys[static_cast<size_t>(p) * head_size + d];
+      std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
+      std::fill(running_sum.begin(), running_sum.end(), 0.0f);
+      std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
+      for (int span_start = 0; span_start < num_positions; span_start += kSpan) {
+        const int span_count = std::min(kSpan, num_positions - span_start);
+        for (int p = 0; p < span_count; ++p) {
+          const float* key = head_keys.data() + static_cast<size_t>(span_start + p) * head_size;
+          for (int d = 0; d < head_size; ++d) keys_by_dimension[d * kSpan + p] = key[d];
+        }
+        const float* values = head_values.data() + static_cast<size_t>(span_start) * head_size;
+        for (int i = 0; i < item_tokens; ++i) {
+          const int t = first_token + i;
+          const int visible = std::min(span_count, start_position + t + 1 - span_start);
+          if (visible <= 0) continue;
+          kernels::attention_block_update(
+              queries + t * q_stride + head_offset, group, head_size, shape.scale, visible,
+              keys_by_dimension.data(), kSpan, values, scores.data(),
+              running_max.data() + i * group, running_sum.data() + i * group,
+              accumulator.data() + static_cast<size_t>(i) * group * head_size);
         }
       }
-      scores.resize(static_cast<size_t>(group) * num_positions);
-      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
-      for (int t = first_token; t <= last_token; ++t) {
-        kernels::attention_group(queries + t * q_stride + head_offset, group, head_size, shape.scale,
-                     start_position + t + 1, keys_by_dimension.data(), num_positions,
-                     head_values.data(), scores.data(), out + t * q_stride + head_offset);
+      for (int i = 0; i < item_tokens; ++i) {
+        kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
+                                  running_sum.data() + i * group, group, head_size,
+                                  out + (first_token + i) * q_stride + head_offset);
       }
     }
   });

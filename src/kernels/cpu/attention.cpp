@@ -55,10 +55,28 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_bloc
     const float* keys_by_dimension, int64_t key_stride, const float* values, float* scores,
     float* running_max, float* running_sum, float* accumulator) {
   constexpr int kLanes = 16;
+  // Independent sums per inner loop: each score (and each output element) still adds its
+  // terms in order, but 4 of them advance together, so the loop is not one FMA latency per
+  // term (the results are the same bits as one at a time).
+  constexpr int kChains = 4;
   for (int h = 0; h < group; ++h) {
     const float* q = queries + h * head_size;
     float* row = scores + h * num_positions;
-    for (int p0 = 0; p0 < num_positions; p0 += kLanes) {
+    int p0 = 0;
+    for (; p0 + kChains * kLanes <= num_positions; p0 += kChains * kLanes) {
+      float partial[kChains][kLanes] = {};
+      for (int d = 0; d < head_size; ++d) {
+        const float qd = q[d] * scale;
+        const float* k = keys_by_dimension + d * key_stride + p0;
+        for (int c = 0; c < kChains; ++c) {
+          for (int j = 0; j < kLanes; ++j) partial[c][j] += qd * k[c * kLanes + j];
+        }
+      }
+      for (int c = 0; c < kChains; ++c) {
+        for (int j = 0; j < kLanes; ++j) row[p0 + c * kLanes + j] = partial[c][j];
+      }
+    }
+    for (; p0 < num_positions; p0 += kLanes) {
       const int lanes = num_positions - p0 < kLanes ? num_positions - p0 : kLanes;
       float partial[kLanes] = {};
       if (lanes == kLanes) {
@@ -91,6 +109,22 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_bloc
 
     float* acc = accumulator + h * head_size;
     int d0 = 0;
+    for (; d0 + kChains * kLanes <= head_size; d0 += kChains * kLanes) {
+      float slice[kChains][kLanes];
+      for (int c = 0; c < kChains; ++c) {
+        for (int j = 0; j < kLanes; ++j) slice[c][j] = acc[d0 + c * kLanes + j] * correction;
+      }
+      for (int p = 0; p < num_positions; ++p) {
+        const float weight = row[p];
+        const float* v = values + static_cast<int64_t>(p) * head_size + d0;
+        for (int c = 0; c < kChains; ++c) {
+          for (int j = 0; j < kLanes; ++j) slice[c][j] += weight * v[c * kLanes + j];
+        }
+      }
+      for (int c = 0; c < kChains; ++c) {
+        for (int j = 0; j < kLanes; ++j) acc[d0 + c * kLanes + j] = slice[c][j];
+      }
+    }
     for (; d0 + kLanes <= head_size; d0 += kLanes) {
       float slice[kLanes];
       for (int j = 0; j < kLanes; ++j) slice[j] = acc[d0 + j] * correction;
