@@ -29,11 +29,11 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     thread_local std::vector<float> head_keys;          // f32 [positions, head_size]
     thread_local std::vector<float> head_values;        // f32 [positions, head_size]
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, kSpan]
-    thread_local std::vector<float> scores;             // f32 [group, kSpan]
+    thread_local std::vector<float> scores;             // f32 [item tokens, group, kSpan]
     thread_local std::vector<float> running_max, running_sum;  // f32 [item tokens, group]
     thread_local std::vector<float> accumulator;        // f32 [item tokens, group, head_size]
     keys_by_dimension.resize(static_cast<size_t>(head_size) * kSpan);
-    scores.resize(static_cast<size_t>(group) * kSpan);
+    scores.resize(static_cast<size_t>(kTokensPerItem) * group * kSpan);
     running_max.resize(kTokensPerItem * group);
     running_sum.resize(kTokensPerItem * group);
     accumulator.resize(static_cast<size_t>(kTokensPerItem) * group * head_size);
@@ -57,16 +57,15 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
           for (int d = 0; d < head_size; ++d) keys_by_dimension[d * kSpan + p] = key[d];
         }
         const float* values = head_values.data() + static_cast<size_t>(span_start) * head_size;
+        int visible[kTokensPerItem];
         for (int i = 0; i < item_tokens; ++i) {
-          const int t = first_token + i;
-          const int visible = std::min(span_count, start_position + t + 1 - span_start);
-          if (visible <= 0) continue;
-          kernels::attention_block_update(
-              queries + t * q_stride + head_offset, group, head_size, shape.scale, visible,
-              keys_by_dimension.data(), kSpan, values, scores.data(),
-              running_max.data() + i * group, running_sum.data() + i * group,
-              accumulator.data() + static_cast<size_t>(i) * group * head_size);
+          visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
         }
+        kernels::attention_span_update(queries + first_token * q_stride + head_offset, q_stride,
+                                       item_tokens, group, head_size, shape.scale, visible,
+                                       keys_by_dimension.data(), kSpan, values, scores.data(),
+                                       kSpan, running_max.data(), running_sum.data(),
+                                       accumulator.data());
       }
       for (int i = 0; i < item_tokens; ++i) {
         kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
@@ -114,12 +113,12 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   pool.run([&](int thread_index, int num_threads) {
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
     thread_local std::vector<float> values;             // f32 [span, head_size]
-    thread_local std::vector<float> scores;             // f32 [group, span]
+    thread_local std::vector<float> scores;             // f32 [run tokens, group, span]
     thread_local std::vector<float> running_max, running_sum;  // f32 [run tokens, group]
     thread_local std::vector<float> accumulator;        // f32 [run tokens, group, head_size]
     keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
     values.resize(static_cast<size_t>(span) * head_size);
-    scores.resize(static_cast<size_t>(group) * span);
+    scores.resize(static_cast<size_t>(kTokensPerRun) * group * span);
     running_max.resize(kTokensPerRun * group);
     running_sum.resize(kTokensPerRun * group);
     accumulator.resize(static_cast<size_t>(kTokensPerRun) * group * head_size);
@@ -142,16 +141,16 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
                            keys_by_dimension.data() + offset, span,
                            values.data() + static_cast<size_t>(offset) * head_size);
         }
+        int visible[kTokensPerRun];
         for (int i = 0; i < run.num_tokens; ++i) {
-          const int token = run.first_token + i;
-          const int visible = std::min(span_count, batch.positions[token] + 1 - span_start);
-          if (visible <= 0) continue;
-          kernels::attention_block_update(
-              queries + token * q_stride + head_offset, group, head_size, shape.scale, visible,
-              keys_by_dimension.data(), span, values.data(), scores.data(),
-              running_max.data() + i * group, running_sum.data() + i * group,
-              accumulator.data() + static_cast<size_t>(i) * group * head_size);
+          visible[i] = std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0,
+                                  span_count);
         }
+        kernels::attention_span_update(queries + run.first_token * q_stride + head_offset,
+                                       q_stride, run.num_tokens, group, head_size, shape.scale,
+                                       visible, keys_by_dimension.data(), span, values.data(),
+                                       scores.data(), span, running_max.data(),
+                                       running_sum.data(), accumulator.data());
       }
       for (int i = 0; i < run.num_tokens; ++i) {
         const int token = run.first_token + i;

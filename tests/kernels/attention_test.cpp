@@ -1,7 +1,10 @@
-// kernels::attention_group (the variant this CPU runs) against the double-precision reference.
+// The attention kernels (the variant this CPU runs) against the double-precision reference.
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -18,45 +21,6 @@ struct Case {
   int num_positions;
   float query_scale;  // large values make scores far apart: softmax must subtract the max
 };
-
-TEST(AttentionKernelTest, MatchesReferenceOnRandomShapes) {
-  std::mt19937 rng(42);
-  std::normal_distribution<float> normal;
-  const Case cases[] = {{1, 16, 1, 1.0f},   {3, 64, 2, 1.0f},    {4, 64, 17, 1.0f},
-                        {3, 80, 300, 1.0f}, {2, 128, 65, 1.0f},  {1, 32, 1000, 0.1f},
-                        {3, 64, 33, 40.0f}, {5, 7 * 2, 9, 3.0f}};
-  for (const Case& c : cases) {
-    const int stride = c.num_positions + 5;  // a key stride wider than the positions
-    std::vector<float> queries(c.group * c.head_size);
-    std::vector<float> keys(static_cast<size_t>(c.num_positions) * c.head_size);
-    std::vector<float> values(keys.size());
-    for (float& q : queries) q = normal(rng) * c.query_scale;
-    for (float& k : keys) k = normal(rng);
-    for (float& v : values) v = normal(rng);
-    std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * stride, NAN);
-    for (int p = 0; p < c.num_positions; ++p) {
-      for (int d = 0; d < c.head_size; ++d) {
-        keys_by_dimension[static_cast<size_t>(d) * stride + p] = keys[static_cast<size_t>(p) * c.head_size + d];
-      }
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
-    std::vector<float> scores(c.group * c.num_positions);
-    std::vector<float> out(queries.size());
-    std::vector<float> expected(queries.size());
-    kernels::attention_group(queries.data(), c.group, c.head_size, scale, c.num_positions,
-                             keys_by_dimension.data(), stride, values.data(), scores.data(),
-                             out.data());
-    reference::attention_group(queries.data(), c.group, c.head_size, scale, c.num_positions,
-                               keys.data(), values.data(), expected.data());
-    // The output is a convex combination of value rows: f32 rounding stays far below 1e-4.
-    for (size_t i = 0; i < out.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(out[i]));
-      EXPECT_NEAR(out[i], expected[i], 1e-4f)
-          << "group " << c.group << " head_size " << c.head_size << " positions "
-          << c.num_positions << " index " << i;
-    }
-  }
-}
 
 // The online softmax, folding blocks of any size one after another, gives the reference's
 // softmax(q·Kᵀ)·V over all positions.
@@ -103,6 +67,69 @@ TEST(AttentionKernelTest, OnlineBlocksMatchReference) {
             << "group " << c.group << " head_size " << c.head_size << " positions "
             << c.num_positions << " block " << block_size << " index " << i;
       }
+    }
+  }
+}
+
+// Many tokens against one span (the prompt path) give each row exactly what the one-token
+// update gives it: same bits, whatever the row tiling, visible counts and head sizes.
+TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  struct SpanCase {
+    int num_tokens, group, head_size, span;
+  };
+  for (const SpanCase c : {SpanCase{1, 3, 64, 128}, SpanCase{16, 3, 64, 128},
+                           SpanCase{7, 4, 128, 100}, SpanCase{5, 1, 80, 33},
+                           SpanCase{9, 2, 14, 40}}) {
+    const int64_t token_stride = static_cast<int64_t>(c.group) * c.head_size + 8;
+    std::vector<float> queries(static_cast<size_t>(c.num_tokens) * token_stride);
+    std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * c.span);
+    std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
+    for (float& x : queries) x = normal(rng);
+    for (float& x : keys_by_dimension) x = normal(rng);
+    for (float& x : values) x = normal(rng);
+    // Causal visibility inside the span, the first tokens seeing none of it.
+    std::vector<int> visible(c.num_tokens);
+    for (int i = 0; i < c.num_tokens; ++i) visible[i] = std::clamp(c.span - c.num_tokens + i - 2, 0, c.span);
+    const int rows = c.num_tokens * c.group;
+    // A state carried in from an earlier span, so that the rescaling is exercised too.
+    std::vector<float> max0(rows), sum0(rows), acc0(static_cast<size_t>(rows) * c.head_size);
+    for (int r = 0; r < rows; ++r) {
+      max0[r] = normal(rng);
+      sum0[r] = 1.0f + std::fabs(normal(rng));
+    }
+    for (float& x : acc0) x = normal(rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+
+    std::vector<float> max1 = max0, sum1 = sum0, acc1 = acc0;
+    std::vector<float> scores(static_cast<size_t>(rows) * c.span);
+    kernels::attention_span_update(queries.data(), token_stride, c.num_tokens, c.group,
+                                   c.head_size, scale, visible.data(), keys_by_dimension.data(),
+                                   c.span, values.data(), scores.data(), c.span, max1.data(),
+                                   sum1.data(), acc1.data());
+    for (int i = 0; i < c.num_tokens; ++i) {
+      std::vector<float> max2(max0.begin() + i * c.group, max0.begin() + (i + 1) * c.group);
+      std::vector<float> sum2(sum0.begin() + i * c.group, sum0.begin() + (i + 1) * c.group);
+      std::vector<float> acc2(acc0.begin() + static_cast<int64_t>(i) * c.group * c.head_size,
+                              acc0.begin() + static_cast<int64_t>(i + 1) * c.group * c.head_size);
+      if (visible[i] > 0) {
+        std::vector<float> one_scores(static_cast<size_t>(c.group) * visible[i]);
+        kernels::attention_block_update(queries.data() + i * token_stride, c.group, c.head_size,
+                                        scale, visible[i], keys_by_dimension.data(), c.span,
+                                        values.data(), one_scores.data(), max2.data(),
+                                        sum2.data(), acc2.data());
+      }
+      const std::string where = "tokens " + std::to_string(c.num_tokens) + " group " +
+                                std::to_string(c.group) + " head " + std::to_string(c.head_size) +
+                                " token " + std::to_string(i);
+      EXPECT_EQ(0, std::memcmp(max2.data(), max1.data() + i * c.group, c.group * sizeof(float)))
+          << where;
+      EXPECT_EQ(0, std::memcmp(sum2.data(), sum1.data() + i * c.group, c.group * sizeof(float)))
+          << where;
+      EXPECT_EQ(0, std::memcmp(acc2.data(), acc1.data() + static_cast<int64_t>(i) * c.group * c.head_size,
+                               acc2.size() * sizeof(float)))
+          << where;
     }
   }
 }

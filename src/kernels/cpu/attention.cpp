@@ -7,140 +7,202 @@
 #include "kernels/cpu/fast_exp.h"
 
 namespace tachyon::kernels {
+namespace {
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_group(
-    const float* queries, int group, int head_size, float scale, int num_positions,
-    const float* keys_by_dimension, int64_t key_stride, const float* values, float* scores,
-    float* out) {
-  for (int h = 0; h < group; ++h) {
-    const float* q = queries + h * head_size;
-    float* row = scores + h * num_positions;
-    std::fill(row, row + num_positions, 0.0f);
+constexpr int kLanes = 16;
+// Independent sums per inner loop: each score (and each output element) still adds its terms in
+// order, but several advance together, so a loop does not wait one add's latency per term; the
+// results are the same bits as one at a time (this file is built with -ffp-contract=off).
+constexpr int kChains = 4;
+// Query rows that share each loaded key or value vector (4 rows x 2 vectors of scores, or
+// 4 rows x 4 vectors of output, stay in registers).
+constexpr int kRowTile = 4;
+
+#define TACHYON_INLINE inline __attribute__((always_inline))
+
+// scores[r][p] = sum_d (q_r[d] * scale) * k[d][p] for p < num_positions, rows r of a tile
+// (kRows rows, row r's query at q[r]); dimensions are summed in order.
+template <int kRows>
+TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scale,
+                                int num_positions, const float* keys_by_dimension,
+                                int64_t key_stride, float* const* scores) {
+  constexpr int kWide = kRows == 1 ? kChains : 2;  // vectors of positions per pass
+  int p0 = 0;
+  for (; p0 + kWide * kLanes <= num_positions; p0 += kWide * kLanes) {
+    float partial[kRows][kWide * kLanes] = {};
     for (int d = 0; d < head_size; ++d) {
-      const float qd = q[d] * scale;
-      const float* k = keys_by_dimension + d * key_stride;
-      for (int p = 0; p < num_positions; ++p) row[p] += qd * k[p];
-    }
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < num_positions; ++p) max_score = std::max(max_score, row[p]);
-    float sum = 0.0f;
-    for (int p = 0; p < num_positions; ++p) {
-      row[p] = std::exp(row[p] - max_score);
-      sum += row[p];
-    }
-    const float inverse_sum = 1.0f / sum;
-    for (int p = 0; p < num_positions; ++p) row[p] *= inverse_sum;
-    std::fill(out + h * head_size, out + (h + 1) * head_size, 0.0f);
-  }
-  // Values are read once for the whole group.
-  for (int p = 0; p < num_positions; ++p) {
-    const float* v = values + static_cast<int64_t>(p) * head_size;
-    for (int h = 0; h < group; ++h) {
-      const float weight = scores[h * num_positions + p];
-      float* o = out + h * head_size;
-      for (int d = 0; d < head_size; ++d) o[d] += weight * v[d];
-    }
-  }
-}
-
-}  // namespace tachyon::kernels
-
-namespace tachyon::kernels {
-
-// Register-blocked: scores are built 16 positions at a time across all dimensions, and each
-// 16-wide slice of a head's output is rescaled and accumulated over all positions, so every
-// partial sum stays in a register instead of going back to memory once per dimension.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_block_update(
-    const float* queries, int group, int head_size, float scale, int num_positions,
-    const float* keys_by_dimension, int64_t key_stride, const float* values, float* scores,
-    float* running_max, float* running_sum, float* accumulator) {
-  constexpr int kLanes = 16;
-  // Independent sums per inner loop: each score (and each output element) still adds its
-  // terms in order, but 4 of them advance together, so the loop is not one FMA latency per
-  // term (the results are the same bits as one at a time).
-  constexpr int kChains = 4;
-  for (int h = 0; h < group; ++h) {
-    const float* q = queries + h * head_size;
-    float* row = scores + h * num_positions;
-    int p0 = 0;
-    for (; p0 + kChains * kLanes <= num_positions; p0 += kChains * kLanes) {
-      float partial[kChains][kLanes] = {};
-      for (int d = 0; d < head_size; ++d) {
-        const float qd = q[d] * scale;
-        const float* k = keys_by_dimension + d * key_stride + p0;
-        for (int c = 0; c < kChains; ++c) {
-          for (int j = 0; j < kLanes; ++j) partial[c][j] += qd * k[c * kLanes + j];
-        }
-      }
-      for (int c = 0; c < kChains; ++c) {
-        for (int j = 0; j < kLanes; ++j) row[p0 + c * kLanes + j] = partial[c][j];
+      const float* k = keys_by_dimension + d * key_stride + p0;
+      for (int r = 0; r < kRows; ++r) {
+        const float qd = q[r][d] * scale;
+        for (int j = 0; j < kWide * kLanes; ++j) partial[r][j] += qd * k[j];
       }
     }
-    for (; p0 < num_positions; p0 += kLanes) {
-      const int lanes = num_positions - p0 < kLanes ? num_positions - p0 : kLanes;
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kWide * kLanes; ++j) scores[r][p0 + j] = partial[r][j];
+    }
+  }
+  for (; p0 < num_positions; p0 += kLanes) {
+    const int lanes = num_positions - p0 < kLanes ? num_positions - p0 : kLanes;
+    for (int r = 0; r < kRows; ++r) {
       float partial[kLanes] = {};
       if (lanes == kLanes) {
         for (int d = 0; d < head_size; ++d) {
-          const float qd = q[d] * scale;
+          const float qd = q[r][d] * scale;
           const float* k = keys_by_dimension + d * key_stride + p0;
           for (int j = 0; j < kLanes; ++j) partial[j] += qd * k[j];
         }
       } else {
         for (int d = 0; d < head_size; ++d) {
-          const float qd = q[d] * scale;
+          const float qd = q[r][d] * scale;
           const float* k = keys_by_dimension + d * key_stride + p0;
           for (int j = 0; j < lanes; ++j) partial[j] += qd * k[j];
         }
       }
-      for (int j = 0; j < lanes; ++j) row[p0 + j] = partial[j];
-    }
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < num_positions; ++p) block_max = std::max(block_max, row[p]);
-    const float new_max = std::max(running_max[h], block_max);
-    // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
-    const float correction = exp_nonpositive(running_max[h] - new_max);
-    float block_sum = 0.0f;
-    for (int p = 0; p < num_positions; ++p) {
-      row[p] = exp_nonpositive(row[p] - new_max);
-      block_sum += row[p];
-    }
-    running_sum[h] = running_sum[h] * correction + block_sum;
-    running_max[h] = new_max;
-
-    float* acc = accumulator + h * head_size;
-    int d0 = 0;
-    for (; d0 + kChains * kLanes <= head_size; d0 += kChains * kLanes) {
-      float slice[kChains][kLanes];
-      for (int c = 0; c < kChains; ++c) {
-        for (int j = 0; j < kLanes; ++j) slice[c][j] = acc[d0 + c * kLanes + j] * correction;
-      }
-      for (int p = 0; p < num_positions; ++p) {
-        const float weight = row[p];
-        const float* v = values + static_cast<int64_t>(p) * head_size + d0;
-        for (int c = 0; c < kChains; ++c) {
-          for (int j = 0; j < kLanes; ++j) slice[c][j] += weight * v[c * kLanes + j];
-        }
-      }
-      for (int c = 0; c < kChains; ++c) {
-        for (int j = 0; j < kLanes; ++j) acc[d0 + c * kLanes + j] = slice[c][j];
-      }
-    }
-    for (; d0 + kLanes <= head_size; d0 += kLanes) {
-      float slice[kLanes];
-      for (int j = 0; j < kLanes; ++j) slice[j] = acc[d0 + j] * correction;
-      for (int p = 0; p < num_positions; ++p) {
-        const float weight = row[p];
-        const float* v = values + static_cast<int64_t>(p) * head_size + d0;
-        for (int j = 0; j < kLanes; ++j) slice[j] += weight * v[j];
-      }
-      for (int j = 0; j < kLanes; ++j) acc[d0 + j] = slice[j];
-    }
-    for (int d = d0; d < head_size; ++d) {
-      float sum = acc[d] * correction;
-      for (int p = 0; p < num_positions; ++p) sum += row[p] * values[static_cast<int64_t>(p) * head_size + d];
-      acc[d] = sum;
+      for (int j = 0; j < lanes; ++j) scores[r][p0 + j] = partial[j];
     }
   }
+}
+
+// Online softmax step of one row over its first `visible` scores: the scores become weights
+// exp(score - new max); returns the factor that rescales what was accumulated before.
+TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
+                                  float& running_sum) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int p = 0; p < visible; ++p) block_max = std::max(block_max, row[p]);
+  const float new_max = std::max(running_max, block_max);
+  // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
+  const float correction = exp_nonpositive(running_max - new_max);
+  float block_sum = 0.0f;
+  for (int p = 0; p < visible; ++p) {
+    row[p] = exp_nonpositive(row[p] - new_max);
+    block_sum += row[p];
+  }
+  running_sum = running_sum * correction + block_sum;
+  running_max = new_max;
+  return correction;
+}
+
+// acc_r = acc_r * correction_r + sum_p weights_r[p] * v[p] over p < visible_r, for the kRows
+// rows of a tile; positions are added in order.
+template <int kRows>
+TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
+                                    const float* correction, int head_size,
+                                    const float* values, float* const* acc) {
+  int common = visible[0];
+  int most = visible[0];
+  for (int r = 1; r < kRows; ++r) {
+    common = std::min(common, visible[r]);
+    most = std::max(most, visible[r]);
+  }
+  constexpr int kWide = kRows == 1 ? kChains : 4;  // vectors of one output row per pass
+  int d0 = 0;
+  for (; d0 + kWide * kLanes <= head_size; d0 += kWide * kLanes) {
+    float slice[kRows][kWide * kLanes];
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] = acc[r][d0 + j] * correction[r];
+    }
+    int p = 0;
+    for (; p < common; ++p) {  // every row of the tile sees p
+      const float* v = values + static_cast<int64_t>(p) * head_size + d0;
+      for (int r = 0; r < kRows; ++r) {
+        const float weight = weights[r][p];
+        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] += weight * v[j];
+      }
+    }
+    for (; p < most; ++p) {  // only the rows that see this far
+      const float* v = values + static_cast<int64_t>(p) * head_size + d0;
+      for (int r = 0; r < kRows; ++r) {
+        if (p >= visible[r]) continue;
+        const float weight = weights[r][p];
+        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] += weight * v[j];
+      }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kWide * kLanes; ++j) acc[r][d0 + j] = slice[r][j];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    int d = d0;
+    for (; d + kLanes <= head_size; d += kLanes) {
+      float slice[kLanes];
+      for (int j = 0; j < kLanes; ++j) slice[j] = acc[r][d + j] * correction[r];
+      for (int p = 0; p < visible[r]; ++p) {
+        const float weight = weights[r][p];
+        const float* v = values + static_cast<int64_t>(p) * head_size + d;
+        for (int j = 0; j < kLanes; ++j) slice[j] += weight * v[j];
+      }
+      for (int j = 0; j < kLanes; ++j) acc[r][d + j] = slice[j];
+    }
+    for (; d < head_size; ++d) {
+      float sum = acc[r][d] * correction[r];
+      for (int p = 0; p < visible[r]; ++p) {
+        sum += weights[r][p] * values[static_cast<int64_t>(p) * head_size + d];
+      }
+      acc[r][d] = sum;
+    }
+  }
+}
+
+// Rows [first, first + kRows) of a span update (row = token * group + head).
+template <int kRows>
+TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int group,
+                              int head_size, float scale, const int* visible, int first,
+                              const float* keys_by_dimension, int64_t key_stride,
+                              const float* values, float* scores, int64_t score_stride,
+                              float* running_max, float* running_sum, float* accumulator) {
+  const float* q[kRows];
+  float* row_scores[kRows];
+  float* acc[kRows];
+  int row_visible[kRows];
+  int most = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int row = first + r;
+    q[r] = queries + (row / group) * token_stride + (row % group) * head_size;
+    row_scores[r] = scores + row * score_stride;
+    acc[r] = accumulator + static_cast<int64_t>(row) * head_size;
+    row_visible[r] = visible[row / group];
+    most = std::max(most, row_visible[r]);
+  }
+  tile_scores<kRows>(q, head_size, scale, most, keys_by_dimension, key_stride, row_scores);
+  float correction[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    // A row that sees none of this span keeps its state (correction 1, nothing added).
+    correction[r] = row_visible[r] == 0 ? 1.0f
+                                        : softmax_step(row_scores[r], row_visible[r],
+                                                       running_max[first + r],
+                                                       running_sum[first + r]);
+  }
+  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
+}
+
+}  // namespace
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_span_update(
+    const float* queries, int64_t token_stride, int num_tokens, int group, int head_size,
+    float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,
+    const float* values, float* scores, int64_t score_stride, float* running_max,
+    float* running_sum, float* accumulator) {
+  const int rows = num_tokens * group;
+  int first = 0;
+  for (; first + kRowTile <= rows; first += kRowTile) {
+    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first,
+                        keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+                        running_sum, accumulator);
+  }
+  for (; first < rows; ++first) {
+    span_rows<1>(queries, token_stride, group, head_size, scale, visible, first,
+                 keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+                 running_sum, accumulator);
+  }
+}
+
+void attention_block_update(const float* queries, int group, int head_size, float scale,
+                            int num_positions, const float* keys_by_dimension, int64_t key_stride,
+                            const float* values, float* scores, float* running_max,
+                            float* running_sum, float* accumulator) {
+  attention_span_update(queries, 0, 1, group, head_size, scale, &num_positions,
+                        keys_by_dimension, key_stride, values, scores, num_positions,
+                        running_max, running_sum, accumulator);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_finish(

@@ -1,24 +1,9 @@
-// The inner step of attention: one token's queries against a KV head's keys and values.
+// The inner step of attention: queries against a block of a KV head's keys and values, with an
+// online softmax. Compiled for AVX-512, AVX2 and plain x86-64 (the best chosen at load time);
+// kernels/reference/attention.h is the oracle.
 #pragma once
 
 #include <cstdint>
-
-namespace tachyon::kernels {
-
-// For the `group` query heads that share one KV head: scores q·k·scale for every one of
-// `num_positions` positions, softmax, weighted sum of values. Loops run along contiguous
-// memory (keys come transposed), and the function is compiled for AVX-512, AVX2 and plain
-// x86-64, the best chosen at load time. kernels/reference/attention.h is its oracle.
-//   queries:           f32 [group, head_size]
-//   keys_by_dimension: f32 [head_size, key_stride], row d = dimension d of every position
-//   values:            f32 [num_positions, head_size]
-//   scores:            f32 [group, num_positions] scratch
-//   out:               f32 [group, head_size]
-void attention_group(const float* queries, int group, int head_size, float scale,
-                     int num_positions, const float* keys_by_dimension, int64_t key_stride,
-                     const float* values, float* scores, float* out);
-
-}  // namespace tachyon::kernels
 
 namespace tachyon::kernels {
 
@@ -38,6 +23,20 @@ void attention_block_update(const float* queries, int group, int head_size, floa
                             int num_positions, const float* keys_by_dimension, int64_t key_stride,
                             const float* values, float* scores, float* running_max,
                             float* running_sum, float* accumulator);
+
+// attention_block_update for `num_tokens` consecutive tokens that share the block (a prompt's
+// tokens against one span of their common context): row r = token * group + head, token i's
+// queries at queries + i * token_stride, and token i sees the first visible[i] positions (0:
+// none, its state is kept). Each row's result is bit for bit what attention_block_update gives
+// it alone; rows are computed 4 at a time so that each key and value vector loaded serves 4.
+//   scores:       f32 [num_tokens * group, score_stride] scratch, score_stride >= max visible
+//   running_max, running_sum: f32 [num_tokens * group]
+//   accumulator:  f32 [num_tokens * group, head_size]
+void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                           int head_size, float scale, const int* visible,
+                           const float* keys_by_dimension, int64_t key_stride,
+                           const float* values, float* scores, int64_t score_stride,
+                           float* running_max, float* running_sum, float* accumulator);
 
 // out = accumulator / running_sum, per head. out: f32 [group, head_size]
 void attention_finish(const float* accumulator, const float* running_sum, int group,

@@ -1,4 +1,4 @@
-// Scalar oracle for kernels::attention_group: the textbook softmax(q·Kᵀ·scale)·V in double,
+// Scalar oracle for the attention kernels (kernels/cpu/attention.h): the textbook softmax(q·Kᵀ·scale)·V in double,
 // with keys in plain row order.
 #pragma once
 
