@@ -1,5 +1,5 @@
-// Scalar oracle for the attention kernels (kernels/cpu/attention.h): the textbook softmax(q·Kᵀ·scale)·V in double,
-// with keys in plain row order.
+// Scalar oracle for the attention kernels (kernels/cpu/attention.h): the textbook
+// softmax(q·Kᵀ·scale)·V in double, with keys in plain row order.
 #pragma once
 
 #include <cstdint>
