@@ -76,7 +76,7 @@ double decode_bytes_per_token(const DecoderModel& model, double context, DType c
 Status run_bench(const BenchOptions& options) {
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
   DecoderModel& model = *session.model;
-  const int needed = std::max(options.prompt_tokens, options.generated_tokens) + 1;
+  const int needed = std::max({options.prompt_tokens, options.generated_tokens, 1});
   if (needed > model.config().context_length) {
     return invalid_argument(fmt::format("the test needs {} positions but the model's context is {}",
                                         needed, model.config().context_length));
