@@ -162,9 +162,9 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
     rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm, hidden,
              config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
   }
-  kernels::matmul(layer.query, w.normed.data(), num_tokens, w.query.data(), pool);
-  kernels::matmul(layer.key, w.normed.data(), num_tokens, w.key.data(), pool);
-  kernels::matmul(layer.value, w.normed.data(), num_tokens, w.value.data(), pool);
+  const kernels::MatmulProduct qkv[] = {
+      {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
+  kernels::matmul_many(qkv, w.normed.data(), num_tokens, pool);
   if (config_.qkv_bias) {
     add_bias(w.query.data(), layer.query_bias, num_tokens, config_.q_size());
     add_bias(w.key.data(), layer.key_bias, num_tokens, config_.kv_size());
@@ -199,8 +199,9 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
     rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
              config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
   }
-  kernels::matmul(layer.gate, w.normed.data(), num_tokens, w.gate.data(), pool);
-  kernels::matmul(layer.up, w.normed.data(), num_tokens, w.up.data(), pool);
+  const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
+                                             {&layer.up, w.up.data()}};
+  kernels::matmul_many(gate_up, w.normed.data(), num_tokens, pool);
   swiglu(w.gate.data(), w.up.data(), static_cast<int64_t>(num_tokens) * config_.ffn_size,
          w.gate.data());
   kernels::matmul(layer.down, w.gate.data(), num_tokens, w.projected.data(), pool);

@@ -542,6 +542,43 @@ TEST(MatmulTest, ReferenceQuantizationKKeepsF32ScaleAndSums) {
 }
 
 // Repeated calls with growing and shrinking shapes reuse the scratch buffers correctly.
+// matmul_many (one quantization per activation format, one pass over the pool) gives each
+// product exactly what its own matmul gives, whatever mix of formats it gets.
+TEST(MatmulTest, ManyProductsMatchSeparateProducts) {
+  std::mt19937 rng(99);
+  ThreadPool pool(2);
+  const int64_t cols = 512;  // a multiple of the K-quants' 256
+  const DType types[] = {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kF16, DType::kQ6_K};
+  const int64_t rows[] = {40, 8, 33, 17, 64};
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<WeightMatrix> matrices;
+  for (size_t i = 0; i < std::size(types); ++i) {
+    storage.push_back(random_weights(types[i], rows[i], cols, rng));
+    matrices.push_back(WeightMatrix{types[i], storage.back().data(), rows[i], cols});
+  }
+  std::unique_ptr<RepackedWeights> repacked = RepackedWeights::repack(matrices[0]);
+  matrices[0].packed = repacked->data();
+  for (KernelLevel level : simd_levels()) {
+    for (int64_t tokens : {1, 2, 7, 40}) {
+      const std::vector<float> x = random_activations(tokens, cols, rng);
+      std::vector<std::vector<float>> together(matrices.size());
+      std::vector<MatmulProduct> products;
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        together[i].assign(static_cast<size_t>(tokens * matrices[i].rows), NAN);
+        products.push_back({&matrices[i], together[i].data()});
+      }
+      matmul_many_at_level(level, products, x.data(), tokens, pool);
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        std::vector<float> alone(together[i].size(), NAN);
+        matmul_at_level(level, matrices[i], x.data(), tokens, alone.data(), pool);
+        EXPECT_EQ(0, std::memcmp(alone.data(), together[i].data(), alone.size() * sizeof(float)))
+            << dtype_name(types[i]) << " level " << kernel_level_name(level) << " tokens "
+            << tokens;
+      }
+    }
+  }
+}
+
 TEST(MatmulTest, RepeatedCallsWithChangingShapes) {
   std::mt19937 rng(11);
   ThreadPool pool(2);

@@ -198,45 +198,94 @@ void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
   matmul_at_level(active_kernel_level(), w, x, num_tokens, y, pool);
 }
 
+void matmul_many(std::span<const MatmulProduct> products, const float* x, int64_t num_tokens,
+                 ThreadPool& pool) {
+  matmul_many_at_level(active_kernel_level(), products, x, num_tokens, pool);
+}
+
 void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
                      float* y, ThreadPool& pool) {
-  TACHYON_CHECK(matmul_supports(w.type));
+  const MatmulProduct product{&w, y};
+  matmul_many_at_level(level, std::span<const MatmulProduct>(&product, 1), x, num_tokens, pool);
+}
+
+void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> products,
+                          const float* x, int64_t num_tokens, ThreadPool& pool) {
   TACHYON_CHECK(kernel_level_available(level));
-  TACHYON_CHECK(w.rows >= 0 && w.cols >= 0 && num_tokens >= 0);
-  TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
-  if (w.rows == 0 || num_tokens == 0) return;
+  TACHYON_CHECK(num_tokens >= 0);
+  for (const MatmulProduct& product : products) {
+    const WeightMatrix& w = *product.w;
+    TACHYON_CHECK(matmul_supports(w.type));
+    TACHYON_CHECK(w.rows >= 0 && w.cols >= 0);
+    TACHYON_CHECK(w.cols == products[0].w->cols);
+    TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
+  }
+  if (products.empty() || num_tokens == 0) return;
   if (level == KernelLevel::kReference) {
     // The oracle, single-threaded: for tests and for TACHYON_KERNELS=reference debugging.
-    const Status status = reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens, y);
-    TACHYON_CHECK(status.ok());
+    for (const MatmulProduct& product : products) {
+      const WeightMatrix& w = *product.w;
+      if (w.rows == 0) continue;
+      const Status status = reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens,
+                                              product.y);
+      TACHYON_CHECK(status.ok());
+    }
     return;
   }
 
-  MatmulJob job{level, &w, x, num_tokens, y, {}, false, {}, nullptr, nullptr, nullptr, nullptr};
-  const MatmulJob* job_ptr = &job;
-  // K-quants take 256-block activations; any other width goes through the f32 fallback.
-  job.k_path = reference::has_q8_k_dot(w.type) && w.cols % reference::kQ8KBlock == 0;
-  // The caller's thread owns the quantized activations; workers only read them.
-  thread_local ActivationScratch activations;
-  if (job.k_path) {
-    job.qs = grown(activations.qs, num_tokens * w.cols);
-    job.d = grown(activations.d, num_tokens * (w.cols / reference::kQ8KBlock));
-    job.bsums = grown(activations.bsums, num_tokens * (w.cols / reference::kQ8KSumGroup));
-    quantize_all(job, pool);
-    job.k_acts = reference::Q8KActivations{job.qs, job.d, job.bsums, num_tokens, w.cols};
-  } else if (reference::has_q8_dot(w.type)) {
-    const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);
-    job.qs = grown(activations.qs, num_tokens * w.cols);
-    job.d = grown(activations.d, blocks);
-    job.s = grown(activations.s, blocks);
-    quantize_all(job, pool);
-    job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
+  // Activations are quantized once per format (32-value blocks, or 256 for K-quants) and
+  // shared by every product that takes that format. The caller's thread owns them; workers
+  // only read them.
+  thread_local ActivationScratch q8_scratch;
+  thread_local ActivationScratch k_scratch;
+  thread_local std::vector<MatmulJob> jobs_storage;
+  std::vector<MatmulJob>& jobs = jobs_storage;
+  jobs.clear();
+  jobs.reserve(products.size());  // q8_done and k_done point into it
+  const MatmulJob* q8_done = nullptr;
+  const MatmulJob* k_done = nullptr;
+  for (const MatmulProduct& product : products) {
+    const WeightMatrix& w = *product.w;
+    MatmulJob job{level, &w, x, num_tokens, product.y, {}, false, {}, nullptr, nullptr, nullptr,
+                  nullptr};
+    // K-quants take 256-block activations; any other width goes through the f32 fallback.
+    job.k_path = reference::has_q8_k_dot(w.type) && w.cols % reference::kQ8KBlock == 0;
+    if (job.k_path) {
+      if (k_done != nullptr) {
+        job.k_acts = k_done->k_acts;
+      } else {
+        job.qs = grown(k_scratch.qs, num_tokens * w.cols);
+        job.d = grown(k_scratch.d, num_tokens * (w.cols / reference::kQ8KBlock));
+        job.bsums = grown(k_scratch.bsums, num_tokens * (w.cols / reference::kQ8KSumGroup));
+        quantize_all(job, pool);
+        job.k_acts = reference::Q8KActivations{job.qs, job.d, job.bsums, num_tokens, w.cols};
+      }
+    } else if (reference::has_q8_dot(w.type)) {
+      if (q8_done != nullptr) {
+        job.acts = q8_done->acts;
+      } else {
+        const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);
+        job.qs = grown(q8_scratch.qs, num_tokens * w.cols);
+        job.d = grown(q8_scratch.d, blocks);
+        job.s = grown(q8_scratch.s, blocks);
+        quantize_all(job, pool);
+        job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
+      }
+    }
+    jobs.push_back(job);
+    if (job.k_path && k_done == nullptr) k_done = &jobs.back();
+    if (!job.k_path && reference::has_q8_dot(w.type) && q8_done == nullptr) q8_done = &jobs.back();
   }
-  pool.run([job_ptr](int index, int threads) {
-    int64_t begin = 0;
-    int64_t end = 0;
-    split(job_ptr->w->rows, kPanelRows, index, threads, &begin, &end);
-    matmul_range(*job_ptr, begin, end);
+  // One pass over the pool for all of them: each thread takes its share of every matrix.
+  const MatmulJob* job_list = jobs.data();
+  const size_t num_jobs = jobs.size();
+  pool.run([job_list, num_jobs](int index, int threads) {
+    for (size_t j = 0; j < num_jobs; ++j) {
+      int64_t begin = 0;
+      int64_t end = 0;
+      split(job_list[j].w->rows, kPanelRows, index, threads, &begin, &end);
+      matmul_range(job_list[j], begin, end);
+    }
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -48,5 +49,17 @@ void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 // The same at an explicit level (tests and benchmarks); `level` must be available.
 void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
                      int64_t num_tokens, float* y, ThreadPool& pool);
+
+// Several products of the same input (e.g. a layer's query, key and value projections): x is
+// quantized once per activation format and the threads meet once for all of them instead of
+// once per matrix. Every w has x's width (CHECKed); each y as in matmul(), results identical.
+struct MatmulProduct {
+  const WeightMatrix* w;
+  float* y;  // f32 [num_tokens, w->rows]
+};
+void matmul_many(std::span<const MatmulProduct> products, const float* x, int64_t num_tokens,
+                 ThreadPool& pool);
+void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> products,
+                          const float* x, int64_t num_tokens, ThreadPool& pool);
 
 }  // namespace tachyon::kernels
