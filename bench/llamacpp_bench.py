@@ -14,6 +14,9 @@ Tests (as llama.cpp's llama-bench does them):
   tg128  one context with n_ctx = 128; each rep clears the KV cache and decodes 128 tokens one
          at a time (each a batch of 1 with logits), starting from an empty cache.
          tokens/s = 128 / wall time.
+  batchedN (--parallel N): as llama-batched-bench: N sequences in one unified cache, each
+         given a random --parallel-prompt token prompt, then --parallel-gen steps that decode one
+         token of every sequence in one batch; tokens/s = N * gen / time of those steps (S_TG).
 Each test first does an untimed warmup run (pp: a full run; tg: one token), then -r reps;
 the reported number is the mean of the per-rep tokens/s and its sample stddev (llama-bench's
 avg_ts/stdev_ts). Random token ids are used, like llama-bench (the model's add_bos is honoured).
@@ -173,13 +176,67 @@ class Bench:
         L.llama_free(ctx)
         return self._summ(f"tg{n_gen}", n_gen, samples, internal)
 
+    # --- batched: n_seq sequences, each a random prompt of n_pp tokens, then n_tg steps that
+    # decode one token of every sequence in one batch (llama-batched-bench's S_TG) ---
+    def test_batched(self, n_seq: int, n_pp: int, n_tg: int, reps: int, warmup: bool) -> dict:
+        cp_ctx = n_seq * (n_pp + n_tg)
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp_ctx
+        cp.n_batch = max(self.n_batch, n_seq)
+        cp.n_ubatch = self.n_ubatch
+        cp.n_seq_max = n_seq
+        cp.n_threads = self.threads
+        cp.n_threads_batch = self.threads
+        cp.flash_attn_type = self.flash_attn
+        cp.kv_unified = True  # as llama-batched-bench: sequences share one cache of n_ctx cells
+        ctx = L.llama_init_from_model(self.model, cp)
+        if not ctx:
+            raise SystemExit("llama_init_from_model failed (batched)")
+        batch = L.llama_batch_init(max(n_pp, n_seq), 0, 1)
+        mem = L.llama_get_memory(ctx)
+
+        def one_rep() -> int:
+            L.llama_memory_clear(mem, False)
+            for seq in range(n_seq):  # prompts, one sequence per decode
+                for i in range(n_pp):
+                    batch.token[i] = self.rand_tok()
+                    batch.pos[i] = i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = seq
+                    batch.logits[i] = 1 if i == n_pp - 1 else 0
+                batch.n_tokens = n_pp
+                if L.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed (batched prompt)")
+            L.llama_synchronize(ctx)
+            t0 = time.perf_counter_ns()
+            for step in range(n_tg):
+                for seq in range(n_seq):
+                    batch.token[seq] = self.rand_tok()
+                    batch.pos[seq] = n_pp + step
+                    batch.n_seq_id[seq] = 1
+                    batch.seq_id[seq][0] = seq
+                    batch.logits[seq] = 1
+                batch.n_tokens = n_seq
+                if L.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed (batched generation)")
+                L.llama_synchronize(ctx)
+            return time.perf_counter_ns() - t0
+
+        if warmup:
+            one_rep()
+        samples = [one_rep() for _ in range(reps)]
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        return self._summ(f"batched{n_seq}", n_seq * n_tg, samples, [])
+
     @staticmethod
     def _summ(name: str, n: int, samples_ns: list[int], internal_ns: list[float]) -> dict:
         ts = [1e9 * n / s for s in samples_ns]
         m, sd = mean_std(ts)
         its = [1e9 * n / s for s in internal_ns if s > 0]
         im, isd = mean_std(its) if its else (float("nan"), 0.0)
-        overhead_us = (sum(samples_ns) - sum(internal_ns)) / len(samples_ns) / n / 1e3
+        overhead_us = ((sum(samples_ns) - sum(internal_ns)) / len(samples_ns) / n / 1e3
+                       if internal_ns else float("nan"))
         return {"test": name, "tokens_per_second": m, "stddev": sd, "_internal_tps": im,
                 "_internal_sd": isd, "_overhead_us_per_token": overhead_us, "_samples_ns": samples_ns}
 
@@ -195,6 +252,10 @@ def main() -> int:
     ap.add_argument("-b", "--batch-size", type=int, default=2048)
     ap.add_argument("-ub", "--ubatch-size", type=int, default=512)
     ap.add_argument("-fa", "--flash-attn", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--parallel", type=int, default=0,
+                    help="batched test: this many sequences (0 = skip), as tachyon bench --parallel")
+    ap.add_argument("--parallel-prompt", type=int, default=128)
+    ap.add_argument("--parallel-gen", type=int, default=64)
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--json", action="store_true",
                     help='print [{"test", "tokens_per_second", "stddev"}, ...] (tachyon bench --json shape)')
@@ -211,6 +272,9 @@ def main() -> int:
         results.append(b.test_pp(args.n_prompt, args.reps, not args.no_warmup))
     if args.n_gen > 0:
         results.append(b.test_tg(args.n_gen, args.reps, not args.no_warmup))
+    if args.parallel > 0:
+        results.append(b.test_batched(args.parallel, args.parallel_prompt, args.parallel_gen,
+                                      args.reps, not args.no_warmup))
     L.llama_model_free(b.model)
 
     if args.json:
