@@ -18,7 +18,8 @@
    printed: A's load over B's as measured, B's queue time and TTFT as the server saw them
    (usage ledger), and the engine's step sizes meanwhile.
 
-The server runs with -t 2 (the test machines have 2 cores); the whole test takes ~1 minute.
+The server runs with -t 2 (the test machines have 2 cores); the whole test takes ~1 minute
+(~9 under the sanitizers: B's rate follows A's served rate).
 
     .venv/bin/python tests/api/fairness_test.py --tachyon build/tachyon [--model M.gguf]
 """

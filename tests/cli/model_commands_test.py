@@ -153,9 +153,18 @@ def main() -> int:
               result.stdout + result.stderr)
         result = run(t, "bench", "-m", str(tiny), "-p", "32", "-n", "8", "-r", "2", "--json")
         report = json.loads(result.stdout) if result.returncode == 0 else []
-        check("bench --json lists pp and tg",
-              [r["test"] for r in report] == ["pp32", "tg8"] and all(r["tokens_per_second"] > 0 for r in report),
+        check("bench --json lists pp, tg and the decode roofline",
+              [r["test"] for r in report] == ["pp32", "tg8", "roofline"] and
+              all(r["tokens_per_second"] > 0 for r in report) and
+              report[2].get("read_bandwidth_gb_per_s", 0) > 0 and
+              report[2].get("bytes_per_token", 0) > 0 and
+              report[2].get("tg_fraction_of_roofline", 0) > 0,
               result.stdout + result.stderr)
+        result = run(t, "bench", "-m", str(tiny), "-p", "16", "-n", "4", "-r", "1", "--json",
+                     "--no-roofline")
+        report = json.loads(result.stdout) if result.returncode == 0 else []
+        check("bench --no-roofline: only pp and tg",
+              [r["test"] for r in report] == ["pp16", "tg4"], result.stdout + result.stderr)
 
         # Bad input: one clear line, non-zero exit, never a crash.
         expect_error(t, "an empty prompt", ["generate", "-p", ""],

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Issue 6's table: tachyon against both CPU peers, llama.cpp mainline (llama-cpp-python) and
+ik_llama.cpp (ik-llama-cpp-python), on the same machine and thread count, the engines taking
+turns test by test so that noise from a shared machine hits all three. Prints a Markdown
+table (docs/benchmarks.md) with each test's tokens/s (mean of -r repetitions, then the median
+over --rounds), tachyon's ratio to the faster peer, and for decode tests the fraction of
+tachyon bench's measured roofline.
+
+    .venv/bin/python bench/compare_cpu_peers.py [-t 2] [-r 5] [--rounds 1] [--long]
+
+Models (made first if missing): the default SmolLM2-135M Q4_1 and its Q8_0 / F16 variants
+(tools/make_model_variant.py), and random weights in the Llama-3.2-1B shape in Q4_0 and Q8_0
+(tools/make_random_model.py). --long adds pp8192 on the default model (minutes per engine).
+Needs build/tachyon, .venv-llamacpp (tools/requirements-llamacpp.txt) and .venv-ikllama
+(tools/requirements-ikllama.txt).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / "models"
+DEFAULT = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def ensure_models() -> dict[str, Path]:
+    python = str(ROOT / ".venv/bin/python")
+
+    def made(*argv: str) -> Path:
+        out = subprocess.run([python, *argv], capture_output=True, text=True, check=True)
+        return Path(out.stdout.strip().splitlines()[-1])
+
+    return {
+        "SmolLM2-135M Q4_1": DEFAULT,
+        "SmolLM2-135M Q8_0": made("tools/make_model_variant.py", "--type", "Q8_0"),
+        "SmolLM2-135M F16": made("tools/make_model_variant.py", "--type", "F16"),
+        "Llama-3.2-1B shape Q4_0": made("tools/make_random_model.py", "--type", "Q4_0"),
+        "Llama-3.2-1B shape Q8_0": made("tools/make_random_model.py", "--type", "Q8_0"),
+    }
+
+
+def run_json(command: list[str]) -> dict[str, dict]:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:3])} failed: {result.stderr[-2000:]}")
+    return {row["test"]: row for row in json.loads(result.stdout)}
+
+
+def engines(threads: int, reps: int) -> dict[str, list[str]]:
+    common = ["-t", str(threads), "-r", str(reps), "--json"]
+    return {
+        "tachyon": [str(ROOT / "build/tachyon"), "bench", *common],
+        "llama.cpp": [str(ROOT / ".venv-llamacpp/bin/python"), "bench/llamacpp_bench.py", *common],
+        "ik_llama.cpp": [str(ROOT / ".venv-ikllama/bin/python"), "bench/ikllama_bench.py",
+                         *common],
+    }
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("-r", "--reps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--long", action="store_true", help="also pp8192 on the default model")
+    args = parser.parse_args()
+    models = ensure_models()
+    # (model, test arguments, the tests they produce)
+    plan = [("SmolLM2-135M Q4_1", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
+            ("SmolLM2-135M Q4_1", ["-p", "0", "-n", "0", "--parallel", "32"], ["batched32"]),
+            ("SmolLM2-135M Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
+            ("SmolLM2-135M F16", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
+            ("Llama-3.2-1B shape Q4_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
+            ("Llama-3.2-1B shape Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"])]
+    if args.long:
+        plan.append(("SmolLM2-135M Q4_1", ["-p", "8192", "-n", "0"], ["pp8192"]))
+    runners = engines(args.threads, args.reps)
+    rates: dict[tuple[str, str, str], list[float]] = {}
+    roofline: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for model, test_args, tests in plan:
+            for engine, command in runners.items():
+                rows = run_json([*command, "-m", str(models[model]), *test_args])
+                for test in tests:
+                    rates.setdefault((model, test, engine), []).append(
+                        rows[test]["tokens_per_second"])
+                if engine == "tachyon" and "roofline" in rows and "tg128" in rows:
+                    roofline.setdefault(model, []).append(rows["roofline"]["tokens_per_second"])
+                print(f"  {model} {' '.join(test_args)} {engine}: "
+                      f"{ {t: round(rows[t]['tokens_per_second'], 1) for t in tests} }",
+                      file=sys.stderr)
+    versions = {name: subprocess.run([str(ROOT / venv / "bin/python"), "-c",
+                                      f"import {module}; print({module}.__version__)"],
+                                     capture_output=True, text=True).stdout.strip()
+                for name, venv, module in (("llama-cpp-python", ".venv-llamacpp", "llama_cpp"),
+                                           ("ik-llama-cpp-python", ".venv-ikllama",
+                                            "ik_llama_cpp"))}
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; threads: {args.threads}; peers: "
+          f"llama-cpp-python {versions['llama-cpp-python']} (llama.cpp mainline), "
+          f"ik-llama-cpp-python {versions['ik-llama-cpp-python']} (ik_llama.cpp); "
+          f"{args.reps} repetitions per test, median over {args.rounds} round(s)\n")
+    print("| model | test | tachyon | llama.cpp | ik_llama.cpp | tachyon / faster peer | "
+          "tachyon / roofline |")
+    print("|---|---|---|---|---|---|---|")
+    for model, _, tests in plan:
+        for test in tests:
+            values = {engine: statistics.median(rates[(model, test, engine)])
+                      for engine in runners}
+            peer = max(values["llama.cpp"], values["ik_llama.cpp"])
+            fraction = ""
+            if test.startswith("tg") and roofline.get(model):
+                fraction = f"{100 * values['tachyon'] / statistics.median(roofline[model]):.0f}%"
+            print(f"| {model} | {test} | {values['tachyon']:.1f} | {values['llama.cpp']:.1f} | "
+                  f"{values['ik_llama.cpp']:.1f} | {values['tachyon'] / peer:.2f}x | {fraction} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
