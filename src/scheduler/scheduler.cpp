@@ -51,6 +51,17 @@ void Scheduler::advance_virtual_clock() {
     }
   }
   virtual_clock_ = std::max(virtual_clock_, least);
+  // Forget idle tenants that would come back exactly as a new one would (burst_credit_tokens
+  // behind the clock), so that the table does not grow with every key ever seen.
+  std::erase_if(tenants_, [&](const auto& entry) {
+    const Tenant& tenant = entry.second;
+    return tenant.num_requests == 0 && !lingers(tenant) &&
+           tenant.virtual_time <= virtual_clock_ - config_.burst_credit_tokens;
+  });
+}
+
+bool Scheduler::lingers(const Tenant& tenant) const {
+  return tenant.light_when_left && now_ - tenant.left_at <= config_.tenant_linger_seconds;
 }
 
 void Scheduler::tenant_leaves(const Request& request) {
@@ -66,9 +77,7 @@ bool Scheduler::yields_to_lighter_tenant(const Request* request) const {
   if (config_.contended_prompt_tokens <= 0) return false;
   const double own = virtual_time(request->tenant);
   for (const auto& [id, tenant] : tenants_) {
-    const bool present = tenant.num_requests > 0 ||
-                         (tenant.light_when_left &&
-                          now_ - tenant.left_at <= config_.tenant_linger_seconds);
+    const bool present = tenant.num_requests > 0 || lingers(tenant);
     if (id != request->tenant && present && tenant.priority == request->priority &&
         virtual_time(id) < own) {
       return true;
@@ -241,9 +250,10 @@ SchedulerOutput Scheduler::schedule(double now) {
   // takes at most half the remaining budget, so a short request is not stuck behind it. Once
   // the step finishes some prompt (its first token comes out of this step), it takes only
   // more prompts that finish too: partial chunks of long prompts would only delay that token.
-  // While a lighter tenant is present (or was, a few steps ago), heavier tenants share
-  // contended_prompt_tokens per step: steps stay short, so the light tenant's next request
-  // waits little for the step in progress, and then gets the full budget.
+  // While a lighter tenant is present (or left less than tenant_linger_seconds ago, behind the
+  // virtual clock), heavier tenants share contended_prompt_tokens per step: steps stay short,
+  // so the light tenant's next request waits little for the step in progress, and then gets
+  // the full budget.
   // Nothing is admitted in a step that had to preempt (memory is full), and nothing jumps
   // ahead of a waiting request that does not fit.
   bool admitting = true;

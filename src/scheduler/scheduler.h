@@ -127,6 +127,8 @@ class Scheduler {
     double left_at = 0;  // `now` when its last request left
     bool light_when_left = false;  // it was behind the virtual clock then
   };
+  // A tenant with no request still counts as competing (see tenant_linger_seconds).
+  bool lingers(const Tenant& tenant) const;
   std::unordered_map<uint64_t, Tenant> tenants_;
   double virtual_clock_ = 0;  // virtual time of the least-served active tenant, monotonic
   uint64_t step_ = 0;
