@@ -67,16 +67,34 @@ TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scal
 // exp(score - new max); returns the factor that rescales what was accumulated before.
 TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
                                   float& running_sum) {
-  float block_max = -std::numeric_limits<float>::infinity();
-  for (int p = 0; p < visible; ++p) block_max = std::max(block_max, row[p]);
+  // Maximum and sum in kLanes interleaved lanes (position p in lane p % kLanes), combined in a
+  // fixed order at the end: vectorized, and the same bits for a row whatever computes it.
+  float lane_max[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane_max[j] = -std::numeric_limits<float>::infinity();
+  int p0 = 0;
+  for (; p0 + kLanes <= visible; p0 += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane_max[j] = lane_max[j] > row[p0 + j] ? lane_max[j] : row[p0 + j];
+  }
+  for (int j = 0; p0 + j < visible; ++j) lane_max[j] = std::max(lane_max[j], row[p0 + j]);
+  float block_max = lane_max[0];
+  for (int j = 1; j < kLanes; ++j) block_max = std::max(block_max, lane_max[j]);
   const float new_max = std::max(running_max, block_max);
   // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
   const float correction = exp_nonpositive(running_max - new_max);
-  float block_sum = 0.0f;
-  for (int p = 0; p < visible; ++p) {
-    row[p] = exp_nonpositive(row[p] - new_max);
-    block_sum += row[p];
+  float lane_sum[kLanes] = {};
+  p0 = 0;
+  for (; p0 + kLanes <= visible; p0 += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      row[p0 + j] = exp_nonpositive(row[p0 + j] - new_max);
+      lane_sum[j] += row[p0 + j];
+    }
   }
+  for (int j = 0; p0 + j < visible; ++j) {
+    row[p0 + j] = exp_nonpositive(row[p0 + j] - new_max);
+    lane_sum[j] += row[p0 + j];
+  }
+  float block_sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) block_sum += lane_sum[j];
   running_sum = running_sum * correction + block_sum;
   running_max = new_max;
   return correction;
