@@ -222,8 +222,8 @@ Status run_bench(const BenchOptions& options) {
   if (options.roofline) {
     Roofline r;
     r.bandwidth = kernels::measure_read_bandwidth(*session.pool);
-    r.bytes_per_token = decode_bytes_per_token(model, (options.generated_tokens - 1) / 2.0,
-                                               session.cache_type);
+    const double mean_context = std::max(0.0, (options.generated_tokens - 1) / 2.0);
+    r.bytes_per_token = decode_bytes_per_token(model, mean_context, session.cache_type);
     r.tokens_per_second = r.bandwidth.bytes_per_second / r.bytes_per_token;
     for (const Measurement& m : results) {
       if (m.test == fmt::format("tg{}", options.generated_tokens)) r.measured = m.mean;
