@@ -76,6 +76,7 @@ def main() -> int:
     parser.add_argument("-r", "--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--long", action="store_true", help="also pp8192 on the default model")
+    parser.add_argument("--only", help="only the models whose name contains this")
     args = parser.parse_args()
     models = ensure_models()
     # (model, test arguments, the tests they produce)
@@ -87,6 +88,8 @@ def main() -> int:
             ("Llama-3.2-1B shape Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"])]
     if args.long:
         plan.append(("SmolLM2-135M Q4_1", ["-p", "8192", "-n", "0"], ["pp8192"]))
+    if args.only:
+        plan = [item for item in plan if args.only in item[0]]
     runners = engines(args.threads, args.reps)
     rates: dict[tuple[str, str, str], list[float]] = {}
     roofline: dict[str, list[float]] = {}
