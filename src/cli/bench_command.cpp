@@ -153,7 +153,9 @@ Status run_bench(const BenchOptions& options) {
     Clock::time_point all_started = start;
     int total = 0;
     for (const Sequence& sequence : sequences) {
-      if (!sequence.arrivals.empty()) all_started = std::max(all_started, sequence.arrivals[0].first);
+      if (!sequence.arrivals.empty()) {
+        all_started = std::max(all_started, sequence.arrivals[0].first);
+      }
       for (const auto& [when, count] : sequence.arrivals) total += count;
     }
     int after = 0;
@@ -299,7 +301,8 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("!--no-roofline", options->roofline,
                     "Skip the memory-bandwidth probe and the decode roofline it gives");
   command->add_flag("--json", options->json,
-                    "Print a JSON list of {test, tokens_per_second, stddev} (and a roofline entry)");
+                    "Print a JSON list of {test, tokens_per_second, stddev} (and a roofline "
+                    "entry)");
   command->callback([options] {
     Status status = run_bench(*options);
     if (!status.ok()) fail(status.message());

@@ -91,7 +91,9 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
     for (float& x : values) x = normal(rng);
     // Causal visibility inside the span, the first tokens seeing none of it.
     std::vector<int> visible(c.num_tokens);
-    for (int i = 0; i < c.num_tokens; ++i) visible[i] = std::clamp(c.span - c.num_tokens + i - 2, 0, c.span);
+    for (int i = 0; i < c.num_tokens; ++i) {
+      visible[i] = std::clamp(c.span - c.num_tokens + i - 2, 0, c.span);
+    }
     const int rows = c.num_tokens * c.group;
     // A state carried in from an earlier span, so that the rescaling is exercised too.
     std::vector<float> max0(rows), sum0(rows), acc0(static_cast<size_t>(rows) * c.head_size);
@@ -127,8 +129,8 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
           << where;
       EXPECT_EQ(0, std::memcmp(sum2.data(), sum1.data() + i * c.group, c.group * sizeof(float)))
           << where;
-      EXPECT_EQ(0, std::memcmp(acc2.data(), acc1.data() + static_cast<int64_t>(i) * c.group * c.head_size,
-                               acc2.size() * sizeof(float)))
+      const float* acc_row = acc1.data() + static_cast<int64_t>(i) * c.group * c.head_size;
+      EXPECT_EQ(0, std::memcmp(acc2.data(), acc_row, acc2.size() * sizeof(float)))
           << where;
     }
   }

@@ -73,7 +73,9 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
   for (int j = 0; j < kLanes; ++j) lane_max[j] = -std::numeric_limits<float>::infinity();
   int p0 = 0;
   for (; p0 + kLanes <= visible; p0 += kLanes) {
-    for (int j = 0; j < kLanes; ++j) lane_max[j] = lane_max[j] > row[p0 + j] ? lane_max[j] : row[p0 + j];
+    for (int j = 0; j < kLanes; ++j) {
+      lane_max[j] = lane_max[j] > row[p0 + j] ? lane_max[j] : row[p0 + j];
+    }
   }
   for (int j = 0; p0 + j < visible; ++j) lane_max[j] = std::max(lane_max[j], row[p0 + j]);
   float block_max = lane_max[0];

@@ -17,7 +17,8 @@ struct BandwidthMeasurement {
 
 // Reads a `buffer_bytes` buffer `repetitions` times (after one untimed pass that faults its
 // pages in) with all of `pool`'s threads.
-BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_bytes = size_t{512} << 20,
+BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool,
+                                            size_t buffer_bytes = size_t{512} << 20,
                                             int repetitions = 5);
 
 }  // namespace tachyon::kernels
