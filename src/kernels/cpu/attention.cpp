@@ -12,7 +12,9 @@ namespace {
 constexpr int kLanes = 16;
 // Independent sums per inner loop: each score (and each output element) still adds its terms in
 // order, but several advance together, so a loop does not wait one add's latency per term; the
-// results are the same bits as one at a time (this file is built with -ffp-contract=off).
+// results are the same bits as one at a time. Products are accumulated with explicit fused
+// multiply-adds and nothing else is fused (this file is built with -ffp-contract=off), so every
+// path and clone rounds alike (the plain x86-64 clone calls libm's fmaf, exact and slow).
 constexpr int kChains = 4;
 // Query rows that share each loaded key or value vector (4 rows x 2 vectors of scores, or
 // 4 rows x 4 vectors of output, stay in registers).
@@ -34,7 +36,7 @@ TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scal
       const float* k = keys_by_dimension + d * key_stride + p0;
       for (int r = 0; r < kRows; ++r) {
         const float qd = q[r][d] * scale;
-        for (int j = 0; j < kWide * kLanes; ++j) partial[r][j] += qd * k[j];
+        for (int j = 0; j < kWide * kLanes; ++j) partial[r][j] = __builtin_fmaf(qd, k[j], partial[r][j]);
       }
     }
     for (int r = 0; r < kRows; ++r) {
@@ -49,13 +51,13 @@ TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scal
         for (int d = 0; d < head_size; ++d) {
           const float qd = q[r][d] * scale;
           const float* k = keys_by_dimension + d * key_stride + p0;
-          for (int j = 0; j < kLanes; ++j) partial[j] += qd * k[j];
+          for (int j = 0; j < kLanes; ++j) partial[j] = __builtin_fmaf(qd, k[j], partial[j]);
         }
       } else {
         for (int d = 0; d < head_size; ++d) {
           const float qd = q[r][d] * scale;
           const float* k = keys_by_dimension + d * key_stride + p0;
-          for (int j = 0; j < lanes; ++j) partial[j] += qd * k[j];
+          for (int j = 0; j < lanes; ++j) partial[j] = __builtin_fmaf(qd, k[j], partial[j]);
         }
       }
       for (int j = 0; j < lanes; ++j) scores[r][p0 + j] = partial[j];
@@ -126,7 +128,7 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
       const float* v = values + static_cast<int64_t>(p) * head_size + d0;
       for (int r = 0; r < kRows; ++r) {
         const float weight = weights[r][p];
-        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] += weight * v[j];
+        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
       }
     }
     for (; p < most; ++p) {  // only the rows that see this far
@@ -134,7 +136,7 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
       for (int r = 0; r < kRows; ++r) {
         if (p >= visible[r]) continue;
         const float weight = weights[r][p];
-        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] += weight * v[j];
+        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
       }
     }
     for (int r = 0; r < kRows; ++r) {
@@ -149,14 +151,14 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
       for (int p = 0; p < visible[r]; ++p) {
         const float weight = weights[r][p];
         const float* v = values + static_cast<int64_t>(p) * head_size + d;
-        for (int j = 0; j < kLanes; ++j) slice[j] += weight * v[j];
+        for (int j = 0; j < kLanes; ++j) slice[j] = __builtin_fmaf(weight, v[j], slice[j]);
       }
       for (int j = 0; j < kLanes; ++j) acc[r][d + j] = slice[j];
     }
     for (; d < head_size; ++d) {
       float sum = acc[r][d] * correction[r];
       for (int p = 0; p < visible[r]; ++p) {
-        sum += weights[r][p] * values[static_cast<int64_t>(p) * head_size + d];
+        sum = __builtin_fmaf(weights[r][p], values[static_cast<int64_t>(p) * head_size + d], sum);
       }
       acc[r][d] = sum;
     }
@@ -197,7 +199,7 @@ TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int gr
 
 }  // namespace
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_span_update(
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void attention_span_update(
     const float* queries, int64_t token_stride, int num_tokens, int group, int head_size,
     float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,
     const float* values, float* scores, int64_t score_stride, float* running_max,
