@@ -8,6 +8,55 @@
 #include "kernels/cpu/attention.h"
 
 namespace tachyon {
+namespace {
+
+// A work item's online-softmax state, shared by both attention paths: up to `max_tokens`
+// consecutive tokens x `group` query heads of one KV head, folded in span by span and written
+// out at the end. One per thread, reused between items.
+struct SpanRunState {
+  std::vector<float> scores;       // f32 [max tokens, group, span] scratch
+  std::vector<float> running_max;  // f32 [max tokens, group]
+  std::vector<float> running_sum;  // f32 [max tokens, group]
+  std::vector<float> accumulator;  // f32 [max tokens, group, head_size]
+  int group = 0;
+  int head_size = 0;
+  int span = 0;
+
+  // Sizes the buffers; call once per pass over the pool.
+  void size(int max_tokens, int group_size, int head, int span_positions) {
+    group = group_size;
+    head_size = head;
+    span = span_positions;
+    scores.resize(static_cast<size_t>(max_tokens) * group * span);
+    running_max.resize(static_cast<size_t>(max_tokens) * group);
+    running_sum.resize(static_cast<size_t>(max_tokens) * group);
+    accumulator.resize(static_cast<size_t>(max_tokens) * group * head_size);
+  }
+  // Empties the state for a new item.
+  void reset() {
+    std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
+    std::fill(running_sum.begin(), running_sum.end(), 0.0f);
+    std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+  }
+  // Folds one span (keys transposed with stride `span`, values [span, head_size]) into the
+  // item's `num_tokens` tokens, whose queries are `q_stride` apart; token i sees visible[i].
+  void update(const float* queries, int64_t q_stride, int num_tokens, float scale,
+              const int* visible, const float* keys_by_dimension, const float* values) {
+    kernels::attention_span_update(queries, q_stride, num_tokens, group, head_size, scale,
+                                   visible, keys_by_dimension, span, values, scores.data(), span,
+                                   running_max.data(), running_sum.data(), accumulator.data());
+  }
+  // Writes token i's normalised output to out + i * q_stride.
+  void finish(int num_tokens, float* out, int64_t q_stride) const {
+    for (int i = 0; i < num_tokens; ++i) {
+      kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
+                                running_sum.data() + i * group, group, head_size,
+                                out + i * q_stride);
+    }
+  }
+};
+
+}  // namespace
 
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
                       int start_position, const KvCache& cache, int layer, float* out,
@@ -29,14 +78,9 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     thread_local std::vector<float> head_keys;          // f32 [positions, head_size]
     thread_local std::vector<float> head_values;        // f32 [positions, head_size]
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, kSpan]
-    thread_local std::vector<float> scores;             // f32 [item tokens, group, kSpan]
-    thread_local std::vector<float> running_max, running_sum;  // f32 [item tokens, group]
-    thread_local std::vector<float> accumulator;        // f32 [item tokens, group, head_size]
+    thread_local SpanRunState state;
     keys_by_dimension.resize(static_cast<size_t>(head_size) * kSpan);
-    scores.resize(static_cast<size_t>(kTokensPerItem) * group * kSpan);
-    running_max.resize(kTokensPerItem * group);
-    running_sum.resize(kTokensPerItem * group);
-    accumulator.resize(static_cast<size_t>(kTokensPerItem) * group * head_size);
+    state.size(kTokensPerItem, group, head_size, kSpan);
     for (int64_t item = thread_index; item < work; item += num_threads) {
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const int first_token = static_cast<int>(item / shape.num_kv_heads) * kTokensPerItem;
@@ -46,9 +90,7 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
       head_values.resize(static_cast<size_t>(num_positions) * head_size);
       cache.load_head(layer, kv_head, head_size, num_positions, head_keys.data(),
                       head_values.data());
-      std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
-      std::fill(running_sum.begin(), running_sum.end(), 0.0f);
-      std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+      state.reset();
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       for (int span_start = 0; span_start < num_positions; span_start += kSpan) {
         const int span_count = std::min(kSpan, num_positions - span_start);
@@ -61,17 +103,10 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
         for (int i = 0; i < item_tokens; ++i) {
           visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
         }
-        kernels::attention_span_update(queries + first_token * q_stride + head_offset, q_stride,
-                                       item_tokens, group, head_size, shape.scale, visible,
-                                       keys_by_dimension.data(), kSpan, values, scores.data(),
-                                       kSpan, running_max.data(), running_sum.data(),
-                                       accumulator.data());
+        state.update(queries + first_token * q_stride + head_offset, q_stride, item_tokens,
+                     shape.scale, visible, keys_by_dimension.data(), values);
       }
-      for (int i = 0; i < item_tokens; ++i) {
-        kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
-                                  running_sum.data() + i * group, group, head_size,
-                                  out + (first_token + i) * q_stride + head_offset);
-      }
+      state.finish(item_tokens, out + first_token * q_stride + head_offset, q_stride);
     }
   });
 }
@@ -113,22 +148,15 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   pool.run([&](int thread_index, int num_threads) {
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
     thread_local std::vector<float> values;             // f32 [span, head_size]
-    thread_local std::vector<float> scores;             // f32 [run tokens, group, span]
-    thread_local std::vector<float> running_max, running_sum;  // f32 [run tokens, group]
-    thread_local std::vector<float> accumulator;        // f32 [run tokens, group, head_size]
+    thread_local SpanRunState state;
     keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
     values.resize(static_cast<size_t>(span) * head_size);
-    scores.resize(static_cast<size_t>(kTokensPerRun) * group * span);
-    running_max.resize(kTokensPerRun * group);
-    running_sum.resize(kTokensPerRun * group);
-    accumulator.resize(static_cast<size_t>(kTokensPerRun) * group * head_size);
+    state.size(kTokensPerRun, group, head_size, span);
     for (int64_t item = thread_index; item < work; item += num_threads) {
       const Run& run = runs[item / shape.num_kv_heads];
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const BatchSequence& sequence = batch.sequences[run.sequence];
-      std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
-      std::fill(running_sum.begin(), running_sum.end(), 0.0f);
-      std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+      state.reset();
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       // Positions seen by the run's last token (each token sees itself and everything before).
       const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
@@ -146,18 +174,11 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
           visible[i] = std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0,
                                   span_count);
         }
-        kernels::attention_span_update(queries + run.first_token * q_stride + head_offset,
-                                       q_stride, run.num_tokens, group, head_size, shape.scale,
-                                       visible, keys_by_dimension.data(), span, values.data(),
-                                       scores.data(), span, running_max.data(),
-                                       running_sum.data(), accumulator.data());
+        state.update(queries + run.first_token * q_stride + head_offset, q_stride,
+                     run.num_tokens, shape.scale, visible, keys_by_dimension.data(),
+                     values.data());
       }
-      for (int i = 0; i < run.num_tokens; ++i) {
-        const int token = run.first_token + i;
-        kernels::attention_finish(accumulator.data() + static_cast<size_t>(i) * group * head_size,
-                                  running_sum.data() + i * group, group, head_size,
-                                  out + token * q_stride + head_offset);
-      }
+      state.finish(run.num_tokens, out + run.first_token * q_stride + head_offset, q_stride);
     }
   });
 }
