@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_llamacpp import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / "models"
@@ -61,13 +63,6 @@ def engines(threads: int, reps: int) -> dict[str, list[str]]:
         "ik_llama.cpp": [str(ROOT / ".venv-ikllama/bin/python"), "bench/ikllama_bench.py",
                          *common],
     }
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> int:
