@@ -1,6 +1,7 @@
 """The house style of the API tests: `check` prints one ok/FAIL line per assertion and counts it,
 `info` prints context, `section` runs a group of checks so that an exception in it is one
-failure and the rest still run. A script exits 1 when results["failed"] > 0."""
+failure and the rest still run, `exit_status` prints the counts and returns 1 when anything
+failed, else 0."""
 import sys
 import traceback
 
@@ -29,3 +30,8 @@ def section(name: str, function, *args) -> None:
     except Exception as error:  # noqa: BLE001
         check(f"{name} (ran without raising)", False,
               f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}")
+
+
+def exit_status() -> int:
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    return 1 if results["failed"] else 0

@@ -45,7 +45,7 @@ BLOCKS_USED = "tachyon:kv_cache_blocks_used"
 BLOCKS_TOTAL = "tachyon:kv_cache_blocks_total"
 GENERATED = "tachyon:generation_tokens_total"
 
-from checks import results, check, info  # noqa: E402
+from checks import results, check, info, exit_status  # noqa: E402
 
 
 def settle(url: str, timeout: float = SETTLE_SECONDS) -> tuple[bool, float, dict]:
@@ -224,8 +224,7 @@ def main() -> int:
         except Exception as error:  # noqa: BLE001
             check("server started", False, f"{type(error).__name__}: {error}")
         check("SIGTERM: tachyon serve exits 0", server.returncode == 0, f"exit {server.returncode}")
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

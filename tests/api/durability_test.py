@@ -46,7 +46,7 @@ LOAD_KEYS = ("alpha", "beta")
 KILL_AFTER_FINISHED = 30  # requests the clients saw finish in a round before its kill
 KILL_AFTER_SECONDS = 30.0  # or this long, whichever comes first
 
-from checks import results, check, info, section  # noqa: E402
+from checks import results, check, info, section, exit_status  # noqa: E402
 
 
 class Finished:
@@ -329,8 +329,7 @@ def main() -> int:
         section("durability", run, args.tachyon, args.model, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

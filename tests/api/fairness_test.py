@@ -57,7 +57,7 @@ A_RAMP_SECONDS = 5.0  # A's streams start one after another over this long
 LOAD_WARMUP_SECONDS = 20.0  # at most this long for A to fill the engine
 A_RATE_SECONDS = 5.0  # A's served rate is measured over this long before B starts
 
-from checks import results, check, info  # noqa: E402
+from checks import results, check, info, exit_status  # noqa: E402
 
 
 class Prompts:
@@ -364,8 +364,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info(f"total {time.monotonic() - started:.0f} s")
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

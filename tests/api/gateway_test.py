@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CTX = 4096
 REVOKE_DEADLINE = 2.5  # seconds; the key cache lives 1 s
 
-from checks import results, check, info, section  # noqa: E402
+from checks import results, check, info, section, exit_status  # noqa: E402
 
 
 def short(response) -> str:
@@ -715,8 +715,7 @@ def main() -> int:
             section("public bind", test_public_bind, args.tachyon, args.model)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

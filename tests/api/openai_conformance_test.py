@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT.parent / "shared/data/corpus/tinyshakespeare.txt"
 CTX = 2048  # the server is started with -c CTX; the context checks depend on it
 
-from checks import results, check, info, section  # noqa: E402
+from checks import results, check, info, section, exit_status  # noqa: E402
 
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -798,8 +798,7 @@ def main() -> int:
         section("limits server", test_limits_server, args.tachyon, args.model)
         section("ping server", test_ping_server, args.tachyon, args.model)
         section("timeout server", test_timeout_server, args.tachyon, args.model)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

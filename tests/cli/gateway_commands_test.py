@@ -15,16 +15,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition: bool, detail: str = "") -> None:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
+sys.path.insert(0, str(ROOT / "tests/api"))
+from checks import check, exit_status  # noqa: E402
 
 
 def run(tachyon: str, *argv: str, env: dict | None = None):
@@ -202,8 +194,7 @@ def main() -> int:
                      f"tachyon: error: no database at {missing}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":
