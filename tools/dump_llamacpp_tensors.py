@@ -56,6 +56,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decode-one-by-one", action="store_true")
+    parser.add_argument("--graph", action="store_true",
+                        help="also print each graph node: op, type, shape, sources")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,8 +74,14 @@ def main() -> None:
             return True
         t = GgmlTensor.from_address(tensor_pointer)
         array = tensor_to_numpy(t)
+        name = t.name.decode(errors="replace").replace("/", "_")
+        if args.graph and not suffix[0].endswith("@1"):
+            sources = [GgmlTensor.from_address(s).name.decode(errors="replace")
+                       for s in t.src if s]
+            print(f"{name:<24} op={L.ggml_op_name(t.op).decode() if hasattr(L, 'ggml_op_name') else t.op:<14} "
+                  f"type={t.type} ne={[t.ne[i] for i in range(4)]} op_params={list(t.op_params)[:4]} "
+                  f"src={sources}")
         if array is not None:
-            name = t.name.decode(errors="replace").replace("/", "_")
             np.save(out / f"{name}{suffix[0]}.npy", array)
         return True
 

@@ -166,6 +166,7 @@ void add_chat_command(CLI::App& app) {
   auto options = std::make_shared<ChatOptions>();
   CLI::App* command = app.add_subcommand("chat", "Talk with the model");
   add_model_options(*command, options->model);
+  add_numerics_option(*command, options->model);
   add_sampling_options(*command, options->sampling);
   command->add_option("--system", options->system, "System message");
   command->add_option("-n,--max-tokens", options->max_tokens,

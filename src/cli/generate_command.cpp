@@ -92,6 +92,7 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Complete a prompt");
   add_model_options(*command, options->model);
+  add_numerics_option(*command, options->model);
   add_sampling_options(*command, options->sampling);
   command->add_option("-p,--prompt", options->prompt, "The text to continue")->required();
   command->add_option("-n,--max-tokens", options->max_tokens,

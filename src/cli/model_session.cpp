@@ -22,6 +22,14 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
       ->check(CLI::IsMember({"f16", "f32"}));
 }
 
+void add_numerics_option(CLI::App& command, ModelOptions& options) {
+  command
+      .add_option("--numerics", options.numerics,
+                  "Arithmetic: native (default) or llama.cpp (the same logits as llama.cpp, bit "
+                  "for bit, on Q4_1 models; slower)")
+      ->check(CLI::IsMember({"native", "llama.cpp"}));
+}
+
 Result<ModelSession> open_session(const ModelOptions& options) {
   ModelSession session;
   TACHYON_ASSIGN_OR_RETURN(session.file, open_model(options.model_path));
@@ -49,6 +57,10 @@ Result<ModelSession> open_session(const ModelOptions& options) {
                                         session.context_size, config.context_length));
   }
   session.cache_type = options.cache_type == "f32" ? DType::kF32 : DType::kF16;
+  if (options.numerics == "llama.cpp") {
+    Status status = session.model->set_numerics(Numerics::kLlamaCpp);
+    if (!status.ok()) return with_path(status);
+  }
   session.pool = std::make_unique<ThreadPool>(options.threads);
   return session;
 }

@@ -22,10 +22,13 @@ struct ModelOptions {
   int context_size = 0;  // 0: min(model context, 4096)
   int batch_size = 512;
   std::string cache_type = "f16";  // KV cache storage: f16 or f32
+  std::string numerics = "native";  // whose arithmetic: native or llama.cpp (DecoderModel)
 };
 
 // Adds -m/--model, -t/--threads, -c/--ctx-size and -b/--batch-size.
 void add_model_options(CLI::App& command, ModelOptions& options);
+// Adds --numerics (the single-sequence commands: generate, chat, perplexity).
+void add_numerics_option(CLI::App& command, ModelOptions& options);
 
 struct ModelSession {
   std::unique_ptr<GgufFile> file;

@@ -110,6 +110,7 @@ void add_perplexity_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   command->add_option("--cache-type", options->model.cache_type, "KV cache storage: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}));
+  add_numerics_option(*command, options->model);
   command->add_option("-f,--file", options->file, "Text file")->required();
   command->add_option("--ctx", options->window, "Window size in tokens (512)")
       ->check(CLI::Range(2, 1 << 20));

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/llamacpp_arithmetic.h"
 #include "kernels/reference/dequantize.h"
 #include "models/layers.h"
 
@@ -13,14 +14,6 @@ namespace {
 
 void add_bias(float* rows, const float* bias, int num_rows, int size) {
   for (int r = 0; r < num_rows; ++r) add_in_place(rows + static_cast<int64_t>(r) * size, bias, size);
-}
-
-// RMSNorm over each head of each token (Qwen3's QK-norm).
-void normalize_heads(float* rows, const float* weight, int num_vectors, int head_size, float eps) {
-  for (int i = 0; i < num_vectors; ++i) {
-    float* head = rows + static_cast<int64_t>(i) * head_size;
-    rms_norm(head, weight, head_size, eps, head);
-  }
 }
 
 }  // namespace
@@ -35,6 +28,60 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(config_.rope, weights_.rope_frequency_factors) {}
+
+Status DecoderModel::set_numerics(Numerics numerics) {
+  if (numerics == Numerics::kLlamaCpp) {
+    if (config_.rope.scaling == RopeScaling::kYarn) {
+      return unsupported("llama.cpp numerics do not cover YaRN-scaled RoPE");
+    }
+    auto check = [](const kernels::WeightMatrix& w, std::string_view name) -> Status {
+      if (kernels::llamacpp::matmul_supports(w.type)) return Status();
+      return unsupported(fmt::format("llama.cpp numerics cover Q4_1 and Q8_0 weights; {} is {}",
+                                       name, dtype_name(w.type)));
+    };
+    TACHYON_RETURN_IF_ERROR(check(weights_.output, "the output matrix"));
+    for (const LayerWeights& layer : weights_.layers) {
+      for (const kernels::WeightMatrix* w : {&layer.query, &layer.key, &layer.value,
+                                             &layer.attention_output, &layer.gate, &layer.up,
+                                             &layer.down}) {
+        TACHYON_RETURN_IF_ERROR(check(*w, "a layer matrix"));
+      }
+    }
+  }
+  numerics_ = numerics;
+  return Status();
+}
+
+void DecoderModel::normalize(const float* x, const float* weight, int size, float* out) const {
+  if (numerics_ == Numerics::kLlamaCpp) {
+    kernels::llamacpp::rms_norm(x, weight, size, config_.rms_norm_epsilon, out);
+  } else {
+    rms_norm(x, weight, size, config_.rms_norm_epsilon, out);
+  }
+}
+
+void DecoderModel::multiply(std::span<const kernels::MatmulProduct> products, const float* x,
+                            int num_tokens, ThreadPool& pool) const {
+  if (numerics_ == Numerics::kLlamaCpp) {
+    for (const kernels::MatmulProduct& product : products) {
+      kernels::llamacpp::matmul(*product.w, x, num_tokens, product.y, pool);
+    }
+  } else if (products.size() == 1) {
+    kernels::matmul(*products[0].w, x, num_tokens, products[0].y, pool);
+  } else {
+    kernels::matmul_many(products, x, num_tokens, pool);
+  }
+}
+
+void DecoderModel::rotate(float* heads, int num_heads, const float* cos_row,
+                          const float* sin_row) const {
+  if (numerics_ == Numerics::kLlamaCpp) {
+    kernels::llamacpp::rope_rotate(heads, num_heads, config_.head_size, cos_row, sin_row,
+                                   config_.rope.layout == RopeLayout::kAdjacentPairs);
+  } else {
+    rope_.rotate(heads, num_heads, cos_row, sin_row);
+  }
+}
 
 void DecoderModel::embed(std::span<const TokenIndex> tokens, float* out) const {
   const kernels::WeightMatrix& table = weights_.token_embedding;
@@ -75,8 +122,13 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     Workspace& w = workspace_;
     // This batch's keys and values join the cache, then every query attends over it.
     cache.store(layer, start_position, num_tokens, w.key.data(), w.value.data());
-    causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer,
-                     w.attention.data(), pool);
+    if (numerics_ == Numerics::kLlamaCpp) {
+      causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache, layer,
+                                w.attention.data(), pool);
+    } else {
+      causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer,
+                       w.attention.data(), pool);
+    }
   }, pool);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
@@ -146,10 +198,11 @@ void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>&
   logits.resize(static_cast<size_t>(count) * config_.vocab_size);
   if (count == 0) return;
   for (int i = 0; i < count; ++i) {
-    rms_norm(w.residual.data() + rows[i] * hidden, weights_.output_norm, static_cast<int>(hidden),
-             config_.rms_norm_epsilon, w.normed.data() + i * hidden);
+    normalize(w.residual.data() + rows[i] * hidden, weights_.output_norm,
+              static_cast<int>(hidden), w.normed.data() + i * hidden);
   }
-  kernels::matmul(weights_.output, w.normed.data(), count, logits.data(), pool);
+  const kernels::MatmulProduct output[] = {{&weights_.output, logits.data()}};
+  multiply(output, w.normed.data(), count, pool);
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
@@ -159,36 +212,41 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
   const int hidden = config_.hidden_size;
   const int head_size = config_.head_size;
   for (int t = 0; t < num_tokens; ++t) {
-    rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm, hidden,
-             config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
+    normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm, hidden,
+              w.normed.data() + static_cast<int64_t>(t) * hidden);
   }
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
-  kernels::matmul_many(qkv, w.normed.data(), num_tokens, pool);
+  multiply(qkv, w.normed.data(), num_tokens, pool);
   if (config_.qkv_bias) {
     add_bias(w.query.data(), layer.query_bias, num_tokens, config_.q_size());
     add_bias(w.key.data(), layer.key_bias, num_tokens, config_.kv_size());
     add_bias(w.value.data(), layer.value_bias, num_tokens, config_.kv_size());
   }
-  if (config_.qk_norm) {
-    normalize_heads(w.query.data(), layer.query_norm, num_tokens * config_.num_heads, head_size,
-                    config_.rms_norm_epsilon);
-    normalize_heads(w.key.data(), layer.key_norm, num_tokens * config_.num_kv_heads, head_size,
-                    config_.rms_norm_epsilon);
+  if (config_.qk_norm) {  // Qwen3: RMSNorm over each head of each token
+    for (int i = 0; i < num_tokens * config_.num_heads; ++i) {
+      float* head = w.query.data() + static_cast<int64_t>(i) * head_size;
+      normalize(head, layer.query_norm, head_size, head);
+    }
+    for (int i = 0; i < num_tokens * config_.num_kv_heads; ++i) {
+      float* head = w.key.data() + static_cast<int64_t>(i) * head_size;
+      normalize(head, layer.key_norm, head_size, head);
+    }
   }
   const int pairs = head_size / 2;
   for (int t = 0; t < num_tokens; ++t) {
     const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
     const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
-    rope_.rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
-                 cos_row, sin_row);
-    rope_.rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
-                 cos_row, sin_row);
+    rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
+           cos_row, sin_row);
+    rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
+           cos_row, sin_row);
   }
 
   store_and_attend(layer_index);
 
-  kernels::matmul(layer.attention_output, w.attention.data(), num_tokens, w.projected.data(), pool);
+  const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
+  multiply(output, w.attention.data(), num_tokens, pool);
   add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
 }
 
@@ -196,15 +254,25 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   Workspace& w = workspace_;
   const int hidden = config_.hidden_size;
   for (int t = 0; t < num_tokens; ++t) {
-    rms_norm(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
-             config_.rms_norm_epsilon, w.normed.data() + static_cast<int64_t>(t) * hidden);
+    normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
+              w.normed.data() + static_cast<int64_t>(t) * hidden);
   }
   const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
                                              {&layer.up, w.up.data()}};
-  kernels::matmul_many(gate_up, w.normed.data(), num_tokens, pool);
-  swiglu(w.gate.data(), w.up.data(), static_cast<int64_t>(num_tokens) * config_.ffn_size,
-         w.gate.data());
-  kernels::matmul(layer.down, w.gate.data(), num_tokens, w.projected.data(), pool);
+  multiply(gate_up, w.normed.data(), num_tokens, pool);
+  const int64_t ffn_values = static_cast<int64_t>(num_tokens) * config_.ffn_size;
+  if (numerics_ == Numerics::kLlamaCpp) {
+    // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
+    for (int t = 0; t < num_tokens; ++t) {
+      float* gate = w.gate.data() + static_cast<int64_t>(t) * config_.ffn_size;
+      kernels::llamacpp::swiglu(gate, w.up.data() + (gate - w.gate.data()), config_.ffn_size,
+                                gate);
+    }
+  } else {
+    swiglu(w.gate.data(), w.up.data(), ffn_values, w.gate.data());
+  }
+  const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
+  multiply(down, w.gate.data(), num_tokens, pool);
   add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
 }
 

@@ -21,6 +21,11 @@ namespace tachyon {
 
 using TokenIndex = int32_t;
 
+// Whose arithmetic a forward pass follows: tachyon's own kernels, or llama.cpp's operation for
+// operation (kernels/cpu/llamacpp_arithmetic.h: the same logits, bit for bit, on the models
+// its CPU backend runs row by row; slower, for checking against llama.cpp).
+enum class Numerics { kNative, kLlamaCpp };
+
 class DecoderModel {
  public:
   // The model reads its weights from `file`, which must outlive it.
@@ -28,6 +33,11 @@ class DecoderModel {
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }
+
+  // Switches the arithmetic of forward() (forward_batch() stays native). kLlamaCpp needs every
+  // weight matrix in Q4_1 or Q8_0 and RoPE without YaRN; an error says what else it found.
+  Status set_numerics(Numerics numerics);
+  Numerics numerics() const { return numerics_; }
 
   // A cache for `capacity` positions, stored as f16 (default) or f32.
   KvCache make_cache(int capacity, DType type = DType::kF16) const {
@@ -77,11 +87,17 @@ class DecoderModel {
   void attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
                        FunctionRef<void(int layer)> store_and_attend, ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // The operations whose arithmetic `numerics_` chooses.
+  void normalize(const float* x, const float* weight, int size, float* out) const;
+  void multiply(std::span<const kernels::MatmulProduct> products, const float* x,
+                int num_tokens, ThreadPool& pool) const;
+  void rotate(float* heads, int num_heads, const float* cos_row, const float* sin_row) const;
 
   ModelConfig config_;
   DecoderWeights weights_;
   RotaryEmbedding rope_;
   Workspace workspace_;
+  Numerics numerics_ = Numerics::kNative;
 };
 
 }  // namespace tachyon

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/llamacpp_arithmetic.h"
 
 namespace tachyon {
 namespace {
@@ -107,6 +108,45 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                      shape.scale, visible, keys_by_dimension.data(), values);
       }
       state.finish(item_tokens, out + first_token * q_stride + head_offset, q_stride);
+    }
+  });
+}
+
+void causal_attention_llamacpp(const AttentionShape& shape, const float* queries, int num_tokens,
+                               int start_position, const KvCache& cache, int layer, float* out,
+                               ThreadPool& pool) {
+  const int head_size = shape.head_size;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
+  const int num_positions = start_position + num_tokens;
+  namespace llamacpp = kernels::llamacpp;
+  // llama.cpp splits a single row's cells between its threads (assumed as many as ours).
+  const int cells = llamacpp::attention_cells(num_positions, cache.capacity());
+  const bool split = num_tokens == 1 && cells >= llamacpp::kSplitAttentionCells;
+  const int split_chunk = (cells + pool.num_threads() - 1) / pool.num_threads();
+  pool.run([&](int thread_index, int num_threads) {
+    thread_local std::vector<float> keys;    // f32 [positions, head_size]
+    thread_local std::vector<float> values;  // f32 [positions, head_size]
+    keys.resize(static_cast<size_t>(num_positions) * head_size);
+    values.resize(static_cast<size_t>(num_positions) * head_size);
+    for (int kv_head = thread_index; kv_head < shape.num_kv_heads; kv_head += num_threads) {
+      cache.load_head(layer, kv_head, head_size, num_positions, keys.data(), values.data());
+      for (int t = 0; t < num_tokens; ++t) {
+        for (int g = 0; g < group; ++g) {
+          const int64_t offset = t * q_stride + static_cast<int64_t>(kv_head * group + g) * head_size;
+          const int visible = start_position + t + 1;
+          if (num_tokens >= llamacpp::kTiledAttentionRows) {
+            llamacpp::attention_row_tiled(queries + offset, keys.data(), values.data(), visible,
+                                          head_size, shape.scale, out + offset);
+          } else if (split) {
+            llamacpp::attention_row_split(queries + offset, keys.data(), values.data(), visible,
+                                          head_size, shape.scale, split_chunk, out + offset);
+          } else {
+            llamacpp::attention_row(queries + offset, keys.data(), values.data(), visible,
+                                    head_size, shape.scale, out + offset);
+          }
+        }
+      }
     }
   });
 }

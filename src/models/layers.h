@@ -34,6 +34,12 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                       int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool);
 
+// The same computed as llama.cpp computes it (kernels::llamacpp::attention_row: one
+// online-softmax pass per query row and head, f16 accumulation); needs an f16 cache to match.
+void causal_attention_llamacpp(const AttentionShape& shape, const float* queries, int num_tokens,
+                               int start_position, const KvCache& cache, int layer, float* out,
+                               ThreadPool& pool);
+
 // The same for a batch of sequences whose keys and values live in a paged cache: each
 // sequence's new tokens attend over its own blocks with an online softmax, one block at a time
 // (no padding between sequences, no tokens × context matrix). `layer` of `cache` already holds

@@ -3,14 +3,16 @@
 tests/golden/llamacpp/reference.json (regenerate with tools/make_llamacpp_reference.py):
   - the prompt and corpus tokenizations are identical;
   - perplexity on tinyshakespeare (first 32,768 tokens, windows of 512) within 0.5%;
-  - and, for information, how many free-running 128-token greedy continuations are identical.
-    (Token-level agreement is asserted teacher-forced in tests/models/llamacpp_agreement_test:
-    free-running continuations part at llama.cpp's near-ties, see that file.)
+  - with --numerics llama.cpp (llama.cpp's arithmetic), at least 9 of the 10 free-running
+    128-token greedy continuations are identical to llama.cpp's; with tachyon's own kernels the
+    count is printed for information (they part at llama.cpp's near-ties; token-level agreement
+    is asserted teacher-forced in tests/models/llamacpp_agreement_test).
     .venv/bin/python tests/cli/llamacpp_reference_test.py --tachyon build/tachyon
 """
 import argparse
 import hashlib
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -37,26 +39,38 @@ def main() -> int:
     reference = json.loads((ROOT / "tests/golden/llamacpp/reference.json").read_text())
     failures = []
 
-    # Greedy continuations.
+    # Greedy continuations: with llama.cpp's arithmetic (--numerics llama.cpp) they must be
+    # identical (the issue asks for >= 9 of 10); tachyon's own kernels round differently and
+    # part from llama.cpp at its near-ties (reported for information; their token-level
+    # agreement is asserted teacher-forced in tests/models/llamacpp_agreement_test).
     prompts = reference["greedy"]["prompts"]
-    identical = 0
+    identical = {"llama.cpp": 0, "native": 0}
     for prompt in prompts:
         ids = subprocess.run([t, "tokenize", "-p", prompt["prompt"]], capture_output=True,
                              text=True, check=True).stdout
         if json.loads(ids) != prompt["prompt_ids"]:
             failures.append(f"prompt '{prompt['name']}' tokenizes differently from llama.cpp")
-        report = tachyon_json(t, "generate", "-p", prompt["prompt"], "-n", "128", "--temperature",
-                              "0", "--ignore-eos", "--json", "-t", args.threads)
-        ours = report["completion_ids"]
         theirs = prompt["continuation_ids"]
-        same = ours == theirs
-        identical += same
-        first_difference = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
-                                min(len(ours), len(theirs)))
-        margin = prompt["margins"][first_difference] if not same and first_difference < len(prompt["margins"]) else None
-        print(f"  {prompt['name']:<20} {'identical' if same else f'differs from token {first_difference} (llama.cpp top-2 margin there {margin})'}")
-    print(f"greedy continuations (information): {identical}/{len(prompts)} identical to llama.cpp's "
-          f"over all 128 tokens")
+        for numerics in identical:
+            report = tachyon_json(t, "generate", "-p", prompt["prompt"], "-n", "128",
+                                  "--temperature", "0", "--ignore-eos", "--json", "-t",
+                                  args.threads, "--numerics", numerics)
+            ours = report["completion_ids"]
+            same = ours == theirs
+            identical[numerics] += same
+            first_difference = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                                    min(len(ours), len(theirs)))
+            margin = (prompt["margins"][first_difference]
+                      if not same and first_difference < len(prompt["margins"]) else None)
+            print(f"  {prompt['name']:<20} --numerics {numerics:<10} "
+                  f"{'identical' if same else f'differs from token {first_difference} (llama.cpp top-2 margin there {margin})'}")
+    print(f"greedy continuations identical to llama.cpp's over all 128 tokens: "
+          f"{identical['llama.cpp']}/{len(prompts)} with --numerics llama.cpp (at least 9 "
+          f"required), {identical['native']}/{len(prompts)} with tachyon's own kernels "
+          f"(information)")
+    if identical["llama.cpp"] < 9:
+        failures.append(f"only {identical['llama.cpp']}/{len(prompts)} continuations identical "
+                        f"with --numerics llama.cpp")
 
     # Perplexity, after checking that the corpus tokenizes the same.
     ppl_ref = reference["perplexity"]
@@ -81,9 +95,22 @@ def main() -> int:
     if relative > 0.005:
         failures.append(f"perplexity differs by {100 * relative:.3f}%")
 
+    # With llama.cpp's arithmetic the logits are llama.cpp's, so perplexity over the first 8
+    # windows equals llama.cpp's (its per-window mean NLLs are recorded to 6 decimals).
+    windows = 8
+    expected = math.exp(sum(ppl_ref["window_mean_nll"][:windows]) / windows)
+    report = tachyon_json(t, "perplexity", "-f", str(corpus), "--ctx", str(ppl_ref["n_ctx"]),
+                          "--max-tokens", str(windows * ppl_ref["n_ctx"]), "--json", "-t",
+                          args.threads, "--numerics", "llama.cpp")
+    relative = abs(report["perplexity"] - expected) / expected
+    print(f"perplexity over the first {windows} windows with --numerics llama.cpp: "
+          f"{report['perplexity']:.6f}, llama.cpp {expected:.6f} ({relative:.1e} apart, limit 1e-6)")
+    if relative > 1e-6:
+        failures.append(f"--numerics llama.cpp perplexity is {relative:.1e} from llama.cpp's")
+
     for failure in failures:
         print(f"FAIL  {failure}")
-    checks = 3  # prompt tokenization, corpus tokenization, perplexity
+    checks = 5  # prompt tokenization, greedy identity, corpus tokenization, two perplexities
     print(f"{checks - min(checks, len(failures))} passed, {len(failures)} failed")
     return 1 if failures else 0
 

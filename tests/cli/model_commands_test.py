@@ -174,6 +174,10 @@ def main() -> int:
                      "tachyon: error: prompt has 40 tokens, context is 16")
         expect_error(t, "a context larger than the model's", ["generate", "-m", str(tiny), "-p", "a", "-c", "4096"],
                      "tachyon: error: context size 4096 is larger than the model's 128")
+        expect_error(t, "llama.cpp numerics on weights they do not cover",
+                     ["generate", "-m", str(tiny), "-p", "a", "--numerics", "llama.cpp"],
+                     f"tachyon: error: {tiny}: llama.cpp numerics cover Q4_1 and Q8_0 weights; "
+                     f"the output matrix is F32")
         mamba = write_variant(work / "mamba.gguf", arch="mamba")
         expect_error(t, "an unsupported architecture", ["generate", "-m", str(mamba), "-p", "a"],
                      f"tachyon: error: {mamba}: architecture 'mamba' is not supported; "
