@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
@@ -28,12 +29,20 @@ class TensorLoader {
                                      name, dtype_name(tensor->type)));
     }
     kernels::WeightMatrix w{tensor->type, tensor->data, rows, cols};
-    // Repacked once here, so every matmul streams the SIMD layout (TACHYON_NO_REPACK=1 keeps
-    // the file's layout, to compare).
+    // Copied once into huge pages (HugePageArena: every token streams these), repacked on the
+    // way where the SIMD kernels have a layout for the type (TACHYON_NO_REPACK=1 keeps the
+    // file's layout, to compare). A repacked matrix's `data` stays the file's (the reference
+    // and llama.cpp-arithmetic kernels read that layout).
     static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
     if (repack && kernels::RepackedWeights::supports(w)) {
-      weights_.repacked.push_back(kernels::RepackedWeights::repack(w));
-      w.packed = weights_.repacked.back()->data();
+      uint8_t* packed = weights_.arena->allocate(kernels::RepackedWeights::packed_bytes(w));
+      kernels::RepackedWeights::repack_into(w, packed);
+      w.packed = packed;
+    } else {
+      const size_t bytes = w.row_bytes() * static_cast<size_t>(rows);
+      uint8_t* copy = weights_.arena->allocate(bytes);
+      std::memcpy(copy, w.data, bytes);
+      w.data = copy;
     }
     return w;
   }

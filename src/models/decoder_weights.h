@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_page_arena.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/repacked_weights.h"
 #include "model_files/gguf_file.h"
 #include "models/model_config.h"
 
@@ -40,8 +40,9 @@ struct DecoderWeights {
 
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
-  // Matrices repacked for the SIMD kernels (WeightMatrix::packed points into these).
-  std::vector<std::unique_ptr<kernels::RepackedWeights>> repacked;
+  // The matrices' working copies, repacked for the SIMD kernels where they have a layout
+  // (WeightMatrix::packed) or as stored (WeightMatrix::data).
+  std::unique_ptr<HugePageArena> arena = std::make_unique<HugePageArena>();
 };
 
 }  // namespace tachyon

@@ -13,7 +13,24 @@ bool RepackedWeights::supports(const WeightMatrix& w) {
   return repacked_block_bytes(w.type) > 0 && w.cols % 32 == 0 && w.rows > 0;
 }
 
+int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
+  const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
+  return tiles * (w.cols / 32) * repacked_block_bytes(w.type);
+}
+
 std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) {
+  TACHYON_CHECK(supports(w));
+  auto packed = std::unique_ptr<RepackedWeights>(new RepackedWeights());
+  packed->size_bytes_ = packed_bytes(w);
+  const size_t allocated = (static_cast<size_t>(packed->size_bytes_) + 63) / 64 * 64;
+  packed->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, allocated)));
+  TACHYON_CHECK(packed->data_ != nullptr);
+  std::memset(packed->data_.get(), 0, allocated);
+  repack_into(w, packed->data_.get());
+  return packed;
+}
+
+void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
   TACHYON_CHECK(supports(w));
   const int64_t blocks = w.cols / 32;
   const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
@@ -25,13 +42,6 @@ std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) 
   const bool has_m = w.type == DType::kQ4_1;
   const size_t row_bytes = w.row_bytes();
 
-  auto packed = std::unique_ptr<RepackedWeights>(new RepackedWeights());
-  packed->size_bytes_ = tiles * blocks * block_bytes;
-  const size_t allocated = (static_cast<size_t>(packed->size_bytes_) + 63) / 64 * 64;
-  packed->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, allocated)));
-  TACHYON_CHECK(packed->data_ != nullptr);
-  std::memset(packed->data_.get(), 0, allocated);
-  uint8_t* out = packed->data_.get();
   for (int64_t t = 0; t < tiles; ++t) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* block = out + (t * blocks + b) * block_bytes;
@@ -47,7 +57,6 @@ std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) 
       }
     }
   }
-  return packed;
 }
 
 }  // namespace tachyon::kernels

@@ -38,6 +38,9 @@ class RepackedWeights {
   static bool supports(const WeightMatrix& w);
   // Repacks `w` (supports(w) must hold); point w.packed at data() to use it.
   static std::unique_ptr<RepackedWeights> repack(const WeightMatrix& w);
+  // The same into memory the caller owns: packed_bytes(w) zeroed bytes, 64-byte aligned.
+  static int64_t packed_bytes(const WeightMatrix& w);
+  static void repack_into(const WeightMatrix& w, uint8_t* out);
 
   const uint8_t* data() const { return data_.get(); }
   int64_t size_bytes() const { return size_bytes_; }
