@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_page_arena.h"
+
 namespace tachyon::kernels {
 namespace {
 
@@ -30,7 +32,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float sum_floats(co
 BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_bytes,
                                             int repetitions) {
   const size_t count = std::max<size_t>(buffer_bytes / sizeof(float), 1024);
-  std::unique_ptr<float[]> buffer(new float[count]);
+  // In huge pages like the weights (HugePageArena), so the roofline compares like with like.
+  HugePageArena arena;
+  float* const buffer = reinterpret_cast<float*>(arena.allocate(count * sizeof(float)));
   // Written by the threads that will read it (first touch places the pages near them).
   pool.run([&](int thread_index, int num_threads) {
     const size_t begin = count * thread_index / num_threads;
@@ -42,7 +46,7 @@ BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_byte
     pool.run([&](int thread_index, int num_threads) {
       const size_t begin = count * thread_index / num_threads;
       const size_t end = count * (thread_index + 1) / num_threads;
-      const float sum = sum_floats(buffer.get() + begin, buffer.get() + end);
+      const float sum = sum_floats(buffer + begin, buffer + end);
       uint32_t bits;
       std::memcpy(&bits, &sum, sizeof(bits));
       sink.fetch_xor(bits, std::memory_order_relaxed);
