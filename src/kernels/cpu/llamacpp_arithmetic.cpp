@@ -135,6 +135,7 @@ float vector_exp(float x) {
   const float z = std::fma(x, 0x1.715476p+0f, shifter);
   const float n = z - shifter;
   const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  if (std::isnan(n)) return n;  // NaN in, NaN out (as vscalefps gives)
   if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
   const float u = b * b;
   const float high = std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
