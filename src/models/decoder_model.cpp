@@ -264,9 +264,9 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   if (numerics_ == Numerics::kLlamaCpp) {
     // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
     for (int t = 0; t < num_tokens; ++t) {
-      float* gate = w.gate.data() + static_cast<int64_t>(t) * config_.ffn_size;
-      kernels::llamacpp::swiglu(gate, w.up.data() + (gate - w.gate.data()), config_.ffn_size,
-                                gate);
+      const int64_t row = static_cast<int64_t>(t) * config_.ffn_size;
+      kernels::llamacpp::swiglu(w.gate.data() + row, w.up.data() + row, config_.ffn_size,
+                                w.gate.data() + row);
     }
   } else {
     swiglu(w.gate.data(), w.up.data(), ffn_values, w.gate.data());
