@@ -19,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/reference/block_layouts.h"
@@ -437,11 +438,12 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
           reference::matmul(type, w.data(), rows, cols, x.data(), max_tokens, y_ref.data()).ok());
       // The file's layout, and (Q4_0, Q4_1) the repacked one.
       std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
-      std::unique_ptr<RepackedWeights> repacked;
+      HugePageArena arena;
       if (RepackedWeights::supports(layouts[0])) {
-        repacked = RepackedWeights::repack(layouts[0]);
+        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(layouts[0]));
+        RepackedWeights::repack_into(layouts[0], packed);
         layouts.push_back(layouts[0]);
-        layouts.back().packed = repacked->data();
+        layouts.back().packed = packed;
       }
       for (const WeightMatrix& matrix : layouts) {
         for (KernelLevel level : simd_levels()) {
@@ -556,8 +558,10 @@ TEST(MatmulTest, ManyProductsMatchSeparateProducts) {
     storage.push_back(random_weights(types[i], rows[i], cols, rng));
     matrices.push_back(WeightMatrix{types[i], storage.back().data(), rows[i], cols});
   }
-  std::unique_ptr<RepackedWeights> repacked = RepackedWeights::repack(matrices[0]);
-  matrices[0].packed = repacked->data();
+  HugePageArena arena;
+  uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrices[0]));
+  RepackedWeights::repack_into(matrices[0], packed);
+  matrices[0].packed = packed;
   for (KernelLevel level : simd_levels()) {
     for (int64_t tokens : {1, 2, 7, 40}) {
       const std::vector<float> x = random_activations(tokens, cols, rng);

@@ -178,8 +178,6 @@ float dot_f16(const float* x, const float* y, int n) {
   return static_cast<float>(total);
 }
 
-float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
-
 // What one pass over a range of positions leaves: the running maximum and sum of the online
 // softmax, the unnormalised output in `accumulator`.
 struct AttentionPartial {
@@ -195,7 +193,7 @@ TACHYON_FMA_CLONES AttentionPartial attention_chunk(const float* query, const fl
                                  float* accumulator) {
   thread_local std::vector<float> query_f16;
   query_f16.resize(head_size);
-  for (int d = 0; d < head_size; ++d) query_f16[d] = round_f16(query[d]);
+  for (int d = 0; d < head_size; ++d) query_f16[d] = round_to_f16(query[d]);
   std::fill(accumulator, accumulator + head_size, 0.0f);
   AttentionPartial state;
   for (int p = begin; p < end; ++p) {
@@ -207,13 +205,13 @@ TACHYON_FMA_CLONES AttentionPartial attention_chunk(const float* query, const fl
       const float previous = state.max;
       state.max = score;
       rescale = std::exp(previous - state.max);
-      for (int d = 0; d < head_size; ++d) accumulator[d] = round_f16(accumulator[d] * rescale);
+      for (int d = 0; d < head_size; ++d) accumulator[d] = round_to_f16(accumulator[d] * rescale);
     } else {
       weight = std::exp(score - state.max);
     }
     const float* value = values + static_cast<int64_t>(p) * head_size;
     for (int d = 0; d < head_size; ++d) {
-      accumulator[d] = round_f16(std::fma(value[d], weight, accumulator[d]));
+      accumulator[d] = round_to_f16(std::fma(value[d], weight, accumulator[d]));
     }
     state.sum = std::fma(state.sum, rescale, weight);
   }
@@ -243,8 +241,7 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
   s.resize(num_tokens * blocks);
   reference::quantize_activations_q8(x, num_tokens, w.cols, qs.data(), d.data(), s.data());
   const size_t row_bytes = w.row_bytes();
-  const bool avx2 = level != KernelLevel::kReference && CpuFeatures::get().avx2 &&
-                    CpuFeatures::get().fma;
+  const bool avx2 = level != KernelLevel::kReference && CpuFeatures::get().has_avx2_kernels();
   pool.run([&](int thread_index, int num_threads) {
     const int64_t per_thread = (w.rows + num_threads - 1) / num_threads;
     const int64_t first = per_thread * thread_index;

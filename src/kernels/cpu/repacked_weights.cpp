@@ -1,13 +1,10 @@
 #include "kernels/cpu/repacked_weights.h"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
 
 namespace tachyon::kernels {
-
-void RepackedWeights::FreeAligned::operator()(uint8_t* p) const { std::free(p); }
 
 bool RepackedWeights::supports(const WeightMatrix& w) {
   return repacked_block_bytes(w.type) > 0 && w.cols % 32 == 0 && w.rows > 0;
@@ -16,18 +13,6 @@ bool RepackedWeights::supports(const WeightMatrix& w) {
 int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
   const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
   return tiles * (w.cols / 32) * repacked_block_bytes(w.type);
-}
-
-std::unique_ptr<RepackedWeights> RepackedWeights::repack(const WeightMatrix& w) {
-  TACHYON_CHECK(supports(w));
-  auto packed = std::unique_ptr<RepackedWeights>(new RepackedWeights());
-  packed->size_bytes_ = packed_bytes(w);
-  const size_t allocated = (static_cast<size_t>(packed->size_bytes_) + 63) / 64 * 64;
-  packed->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, allocated)));
-  TACHYON_CHECK(packed->data_ != nullptr);
-  std::memset(packed->data_.get(), 0, allocated);
-  repack_into(w, packed->data_.get());
-  return packed;
 }
 
 void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "core/dtype.h"
 #include "kernels/cpu/matmul.h"
@@ -36,21 +35,11 @@ class RepackedWeights {
  public:
   // Whether `w` gains from repacking (its type has a repacked layout).
   static bool supports(const WeightMatrix& w);
-  // Repacks `w` (supports(w) must hold); point w.packed at data() to use it.
-  static std::unique_ptr<RepackedWeights> repack(const WeightMatrix& w);
-  // The same into memory the caller owns: packed_bytes(w) zeroed bytes, 64-byte aligned.
+  // Bytes of `w` repacked (supports(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
+  // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
+  // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
   static void repack_into(const WeightMatrix& w, uint8_t* out);
-
-  const uint8_t* data() const { return data_.get(); }
-  int64_t size_bytes() const { return size_bytes_; }
-
- private:
-  struct FreeAligned {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, FreeAligned> data_;
-  int64_t size_bytes_ = 0;
 };
 
 }  // namespace tachyon::kernels
