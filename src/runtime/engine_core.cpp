@@ -160,11 +160,18 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   }
   if (!output.status.ok()) output.text += active.stop.flush();
   output.finished = true;
-  active.stream->push(std::move(output));
+  const std::shared_ptr<RequestStream> stream = active.stream;
   scheduler_.remove(id);
   active_.erase(found);
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
-  ++metrics_.requests_finished_total;
+  {
+    // The gauges drop before the client hears the request finished: a client that reads
+    // /metrics right after its last response sees it gone.
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    metrics_.num_running = scheduler_.num_running();
+    metrics_.num_waiting = scheduler_.num_waiting();
+    ++metrics_.requests_finished_total;
+  }
+  stream->push(std::move(output));
 }
 
 void EngineCore::sample_and_emit(Request& request, Active& active, std::span<float> logits) {

@@ -132,6 +132,25 @@ TEST(EngineTest, MatchesTheSingleSequenceGenerator) {
   expect_pool_back_to_full(*engine);
 }
 
+// A client that reads the metrics as soon as its request finished sees it neither running nor
+// waiting (the gauges drop before the last output is delivered).
+TEST(EngineTest, FinishedRequestLeavesTheGaugesBeforeItsLastOutput) {
+  LoadedModel loaded = load(kTinyModel);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  for (const std::vector<TokenId>& prompt : make_prompts(*loaded.tokenizer, 3)) {
+    const EngineOutput served = run_alone(*engine, greedy_request(prompt, 5));
+    ASSERT_TRUE(served.status.ok()) << served.status.message();
+    const EngineMetrics metrics = engine->metrics();  // no waiting for the next step
+    EXPECT_EQ(metrics.num_running, 0);
+    EXPECT_EQ(metrics.num_waiting, 0);
+  }
+}
+
 // A request's greedy tokens are the same alone and inside a batch of 16 mixed requests (long
 // prompts being prefilled in chunks while others decode).
 TEST(EngineTest, BatchInvariance) {
