@@ -1,5 +1,6 @@
 #include "kv_cache/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -44,6 +45,22 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
              head_size);
     read_row(offset(layer, 1, p, kv_head * head_size), values + static_cast<int64_t>(p) * head_size,
              head_size);
+  }
+}
+
+void KvCache::load_span(int layer, int kv_head, int head_size, int first, int count,
+                        float* keys_by_dimension, int64_t key_stride, float* values) const {
+  TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= capacity_);
+  constexpr int kChunk = 256;  // dimensions widened at a time, then scattered into columns
+  float key[kChunk];
+  for (int p = 0; p < count; ++p) {
+    for (int d0 = 0; d0 < head_size; d0 += kChunk) {
+      const int n = std::min(kChunk, head_size - d0);
+      read_row(offset(layer, 0, first + p, kv_head * head_size + d0), key, n);
+      for (int d = 0; d < n; ++d) keys_by_dimension[(d0 + d) * key_stride + p] = key[d];
+    }
+    read_row(offset(layer, 1, first + p, kv_head * head_size),
+             values + static_cast<int64_t>(p) * head_size, head_size);
   }
 }
 

@@ -29,6 +29,12 @@ class KvCache {
   void load_head(int layer, int kv_head, int head_size, int count, float* keys,
                  float* values) const;
 
+  // The same for positions [first, first + count), keys transposed for the attention kernels.
+  // keys_by_dimension: f32 [head_size, key_stride] (position first + p in column p);
+  // values: f32 [count, head_size].
+  void load_span(int layer, int kv_head, int head_size, int first, int count,
+                 float* keys_by_dimension, int64_t key_stride, float* values) const;
+
  private:
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
   // Byte offset of element `index` of row `position` of the keys (which = 0) or values (1).

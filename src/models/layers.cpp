@@ -62,54 +62,76 @@ struct SpanRunState {
 void causal_attention(const AttentionShape& shape, const float* queries, int num_tokens,
                       int start_position, const KvCache& cache, int layer, float* out,
                       ThreadPool& pool) {
+  if (num_tokens <= 0) return;
   const int head_size = shape.head_size;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
-  // Work items: a KV head and a run of consecutive tokens, whose keys and values are widened
-  // to f32 once and then shared by the run's queries.
+  // Work items: a KV head and a run of consecutive tokens, whose queries share each key and
+  // value the kernel loads.
   constexpr int kTokensPerItem = 16;
   // Positions are folded into an online softmax a span at a time, spans aligned to absolute
   // positions as in paged_attention, so a token's arithmetic depends only on its context.
   constexpr int kSpan = 128;
+  const int num_positions = start_position + num_tokens;
+  const int num_spans = (num_positions + kSpan - 1) / kSpan;
+  // Each KV head's keys and values are widened to f32 once per call, keys transposed span by
+  // span, and shared by every run that reads them (widening them per run cost a fifth of a
+  // long prompt's time). Per span: keys f32 [head_size, kSpan], then values f32 [kSpan,
+  // head_size]. All heads at once unless their copy would pass kWidenedBytes (long contexts
+  // of models with many KV heads), then as many heads per pass as fit.
+  const int64_t span_floats = static_cast<int64_t>(head_size) * kSpan;
+  const int64_t head_floats = 2 * span_floats * num_spans;
+  constexpr int64_t kWidenedBytes = int64_t{64} << 20;
+  const int heads_per_pass = static_cast<int>(std::clamp<int64_t>(
+      kWidenedBytes / (head_floats * static_cast<int64_t>(sizeof(float))), 1, shape.num_kv_heads));
+  // Grows to the longest context seen, then is reused.
+  thread_local std::vector<float> widened_storage;
+  std::vector<float>& widened = widened_storage;  // workers reach it through this reference
+  if (widened.size() < static_cast<size_t>(heads_per_pass * head_floats)) {
+    widened.resize(static_cast<size_t>(heads_per_pass * head_floats));
+  }
   const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
-  const int64_t work = runs * shape.num_kv_heads;
-  // Later tokens see more positions and cost more, so items are dealt out round-robin rather
-  // than in contiguous ranges, which would leave one thread with all the long ones.
-  pool.run([&](int thread_index, int num_threads) {
-    thread_local std::vector<float> head_keys;          // f32 [positions, head_size]
-    thread_local std::vector<float> head_values;        // f32 [positions, head_size]
-    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, kSpan]
-    thread_local SpanRunState state;
-    keys_by_dimension.resize(static_cast<size_t>(head_size) * kSpan);
-    state.size(kTokensPerItem, group, head_size, kSpan);
-    for (int64_t item = thread_index; item < work; item += num_threads) {
-      const int kv_head = static_cast<int>(item % shape.num_kv_heads);
-      const int first_token = static_cast<int>(item / shape.num_kv_heads) * kTokensPerItem;
-      const int item_tokens = std::min(num_tokens - first_token, kTokensPerItem);
-      const int num_positions = start_position + first_token + item_tokens;
-      head_keys.resize(static_cast<size_t>(num_positions) * head_size);
-      head_values.resize(static_cast<size_t>(num_positions) * head_size);
-      cache.load_head(layer, kv_head, head_size, num_positions, head_keys.data(),
-                      head_values.data());
-      state.reset();
-      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
-      for (int span_start = 0; span_start < num_positions; span_start += kSpan) {
-        const int span_count = std::min(kSpan, num_positions - span_start);
-        for (int p = 0; p < span_count; ++p) {
-          const float* key = head_keys.data() + static_cast<size_t>(span_start + p) * head_size;
-          for (int d = 0; d < head_size; ++d) keys_by_dimension[d * kSpan + p] = key[d];
-        }
-        const float* values = head_values.data() + static_cast<size_t>(span_start) * head_size;
-        int visible[kTokensPerItem];
-        for (int i = 0; i < item_tokens; ++i) {
-          visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
-        }
-        state.update(queries + first_token * q_stride + head_offset, q_stride, item_tokens,
-                     shape.scale, visible, keys_by_dimension.data(), values);
+  for (int first_head = 0; first_head < shape.num_kv_heads; first_head += heads_per_pass) {
+    const int pass_heads = std::min(heads_per_pass, shape.num_kv_heads - first_head);
+    pool.run([&](int thread_index, int num_threads) {
+      for (int item = thread_index; item < pass_heads * num_spans; item += num_threads) {
+        const int head = item / num_spans;
+        const int span = item % num_spans;
+        float* keys = widened.data() + head * head_floats + span * 2 * span_floats;
+        cache.load_span(layer, first_head + head, head_size, span * kSpan,
+                        std::min(kSpan, num_positions - span * kSpan), keys, kSpan,
+                        keys + span_floats);
       }
-      state.finish(item_tokens, out + first_token * q_stride + head_offset, q_stride);
-    }
-  });
+    });
+    // Later tokens see more positions and cost more, so items are dealt out round-robin
+    // rather than in contiguous ranges, which would leave one thread with all the long ones.
+    pool.run([&](int thread_index, int num_threads) {
+      thread_local SpanRunState state;
+      state.size(kTokensPerItem, group, head_size, kSpan);
+      for (int64_t item = thread_index; item < runs * pass_heads; item += num_threads) {
+        const int head = static_cast<int>(item % pass_heads);
+        const int kv_head = first_head + head;
+        const int first_token = static_cast<int>(item / pass_heads) * kTokensPerItem;
+        const int item_tokens = std::min(num_tokens - first_token, kTokensPerItem);
+        const int item_positions = start_position + first_token + item_tokens;
+        const float* head_data = widened.data() + head * head_floats;
+        state.reset();
+        const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
+        for (int span_start = 0; span_start < item_positions; span_start += kSpan) {
+          const int span_count = std::min(kSpan, item_positions - span_start);
+          const float* keys = head_data + (span_start / kSpan) * 2 * span_floats;
+          int visible[kTokensPerItem];
+          for (int i = 0; i < item_tokens; ++i) {
+            visible[i] =
+                std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
+          }
+          state.update(queries + first_token * q_stride + head_offset, q_stride, item_tokens,
+                       shape.scale, visible, keys, keys + span_floats);
+        }
+        state.finish(item_tokens, out + first_token * q_stride + head_offset, q_stride);
+      }
+    });
+  }
 }
 
 void causal_attention_llamacpp(const AttentionShape& shape, const float* queries, int num_tokens,

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/reference/attention.h"
 
 namespace tachyon {
@@ -134,6 +135,82 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
           << where;
     }
   }
+}
+
+// The AVX-512 kernel and the portable one give every row the same bits: odd head sizes (masked
+// vectors), spans that are not whole vectors, partial and empty visibility, row counts that
+// leave every remainder of the 6-row tile, and a state carried in from an earlier span.
+TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
+  if (!kernels::kernel_level_available(kernels::KernelLevel::kAvx512)) {
+    GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal;
+  struct LevelCase {
+    int num_tokens, group, head_size, span;
+  };
+  int checked = 0;
+  for (const LevelCase c : {LevelCase{16, 3, 64, 128}, LevelCase{1, 3, 64, 128},
+                            LevelCase{1, 8, 128, 7}, LevelCase{7, 4, 128, 100},
+                            LevelCase{5, 1, 80, 33}, LevelCase{9, 2, 14, 40},
+                            LevelCase{11, 1, 96, 200}, LevelCase{3, 5, 48, 17},
+                            LevelCase{2, 7, 16, 1}, LevelCase{13, 3, 112, 64},
+                            LevelCase{4, 3, 60, 127}, LevelCase{2, 2, 200, 63}}) {
+    const int64_t token_stride = static_cast<int64_t>(c.group) * c.head_size + 5;
+    std::vector<float> queries(static_cast<size_t>(c.num_tokens) * token_stride);
+    // Key rows padded past the span: the kernel may only read the first `span` positions.
+    const int64_t key_stride = c.span + 3;
+    std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * key_stride);
+    std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
+    for (float& x : queries) x = normal(rng) * 2.0f;
+    for (float& x : keys_by_dimension) x = normal(rng);
+    for (float& x : values) x = normal(rng);
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      std::vector<int> visible(c.num_tokens);
+      for (int i = 0; i < c.num_tokens; ++i) {
+        // 0: the whole span; 1: causal, the first tokens seeing none; 2: scattered counts.
+        visible[i] = pattern == 0   ? c.span
+                     : pattern == 1 ? std::clamp(c.span - c.num_tokens + i - 1, 0, c.span)
+                                    : static_cast<int>(rng() % (c.span + 1));
+      }
+      const int rows = c.num_tokens * c.group;
+      std::vector<float> max0(rows), sum0(rows), acc0(static_cast<size_t>(rows) * c.head_size);
+      for (int r = 0; r < rows; ++r) {
+        max0[r] = r % 4 == 0 ? -INFINITY : normal(rng);  // some rows start fresh
+        sum0[r] = r % 4 == 0 ? 0.0f : 1.0f + std::fabs(normal(rng));
+      }
+      for (size_t i = 0; i < acc0.size(); ++i) acc0[i] = (i / c.head_size) % 4 == 0 ? 0.0f : normal(rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+      std::vector<float> results[2][3];
+      const kernels::KernelLevel levels[2] = {kernels::KernelLevel::kReference,
+                                               kernels::KernelLevel::kAvx512};
+      for (int l = 0; l < 2; ++l) {
+        std::vector<float> max1 = max0, sum1 = sum0, acc1 = acc0;
+        // Scores: exactly the visible part of each row is the kernel's to use; the rows are
+        // packed with a stride of `span`, and nothing beyond the last row may be written.
+        std::vector<float> scores(static_cast<size_t>(rows) * c.span);
+        kernels::attention_span_update_at_level(
+            levels[l], queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+            visible.data(), keys_by_dimension.data(), key_stride, values.data(), scores.data(),
+            c.span, max1.data(), sum1.data(), acc1.data());
+        results[l][0] = max1;
+        results[l][1] = sum1;
+        results[l][2] = acc1;
+      }
+      const std::string where = "tokens " + std::to_string(c.num_tokens) + " group " +
+                                std::to_string(c.group) + " head " + std::to_string(c.head_size) +
+                                " span " + std::to_string(c.span) + " pattern " +
+                                std::to_string(pattern);
+      for (int part = 0; part < 3; ++part) {
+        ASSERT_EQ(results[0][part].size(), results[1][part].size());
+        EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[1][part].data(),
+                                 results[0][part].size() * sizeof(float)))
+            << where << " part " << part;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 36);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/check.h"
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/fast_exp.h"
 
 namespace tachyon::kernels {
@@ -197,9 +199,8 @@ TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int gr
   tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
 }
 
-}  // namespace
-
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void attention_span_update(
+// The portable kernel: plain loops the compiler vectorises for each instruction set.
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void portable_span_update(
     const float* queries, int64_t token_stride, int num_tokens, int group, int head_size,
     float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,
     const float* values, float* scores, int64_t score_stride, float* running_max,
@@ -216,6 +217,37 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void attent
                  keys_by_dimension, key_stride, values, scores, score_stride, running_max,
                  running_sum, accumulator);
   }
+}
+
+}  // namespace
+
+void attention_span_update_at_level(KernelLevel level, const float* queries,
+                                    int64_t token_stride, int num_tokens, int group,
+                                    int head_size, float scale, const int* visible,
+                                    const float* keys_by_dimension, int64_t key_stride,
+                                    const float* values, float* scores, int64_t score_stride,
+                                    float* running_max, float* running_sum, float* accumulator) {
+  TACHYON_CHECK(kernel_level_available(level));
+  if (level == KernelLevel::kAvx512 && avx512::attention_span_update_supports(head_size)) {
+    return avx512::attention_span_update(queries, token_stride, num_tokens, group, head_size,
+                                         scale, visible, keys_by_dimension, key_stride, values,
+                                         scores, score_stride, running_max, running_sum,
+                                         accumulator);
+  }
+  portable_span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
+                       keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+                       running_sum, accumulator);
+}
+
+void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                           int head_size, float scale, const int* visible,
+                           const float* keys_by_dimension, int64_t key_stride,
+                           const float* values, float* scores, int64_t score_stride,
+                           float* running_max, float* running_sum, float* accumulator) {
+  static const KernelLevel level = active_kernel_level();
+  attention_span_update_at_level(level, queries, token_stride, num_tokens, group, head_size,
+                                 scale, visible, keys_by_dimension, key_stride, values, scores,
+                                 score_stride, running_max, running_sum, accumulator);
 }
 
 void attention_block_update(const float* queries, int group, int head_size, float scale,

@@ -1,0 +1,294 @@
+// AVX-512 build of attention_span_update: the same arithmetic as the portable kernel in
+// ../attention.cpp (every score a fused multiply-add chain over the head's dimensions in order,
+// the same exp, lane sums and rescaling), so each row's result is the same bits either way, but
+// with register tiles sized for 32 vector registers: 6 query rows x 64 positions of scores, or
+// 6 rows x 64 output dimensions, per pass. Each key or value vector loaded serves 6 rows.
+
+// GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
+// uninitialized (GCC bug 105593); that is their purpose.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/fast_exp.h"
+
+namespace tachyon::kernels::avx512 {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kRowTile = 6;     // query rows per register tile
+constexpr int kVectorTile = 4;  // vectors (of positions or of dimensions) per register tile
+// Widest head the pre-scaled query copy holds; wider heads take the portable kernel.
+constexpr int kMaxHeadSize = 1024;
+
+#define TACHYON_INLINE inline __attribute__((always_inline))
+
+// Lanes [0, count) of a vector (count may be <= 0 or > 16).
+TACHYON_INLINE __mmask16 first_lanes(int count) {
+  if (count <= 0) return 0;
+  if (count >= kLanes) return 0xFFFF;
+  return static_cast<__mmask16>((1u << count) - 1);
+}
+
+// exp_nonpositive (fast_exp.h) on 16 lanes: the same operations, each rounded on its own.
+TACHYON_INLINE __m512 exp_nonpositive(__m512 x) {
+  const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  // x > 0 ? 0 : x, keeping x's sign of zero as the scalar code does; NaN and x < -87 take -87.
+  const __m512 clamped =
+      _mm512_mask_blend_ps(in_range, _mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_setzero_ps(), x));
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_sub_ps(
+      _mm512_add_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
+  const __m512 r =
+      _mm512_add_ps(_mm512_sub_ps(clamped, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
+                    _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                    _mm512_set1_ps(1.0f));
+  const __m512i exponent =
+      _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+  const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(exponent, 23));
+  return _mm512_maskz_mul_ps(in_range, p, scale);
+}
+
+// scores[r][p] = sum_d q[r][d] * k[d][p] (q already scaled) for the kVectors vectors of
+// positions from p0, written only below `positions`.
+template <int kRows, int kVectors>
+TACHYON_INLINE void score_tile(const float* q, int head_size, const float* keys_by_dimension,
+                               int64_t key_stride, int p0, int positions, float* const* scores) {
+  __mmask16 mask[kVectors];
+  for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(positions - p0 - j * kLanes);
+  __m512 acc[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  const float* k = keys_by_dimension + p0;
+  for (int d = 0; d < head_size; ++d, k += key_stride) {
+    __m512 key[kVectors];
+    for (int j = 0; j < kVectors; ++j) key[j] = _mm512_maskz_loadu_ps(mask[j], k + j * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
+      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) {
+      _mm512_mask_storeu_ps(scores[r] + p0 + j * kLanes, mask[j], acc[r][j]);
+    }
+  }
+}
+
+template <int kRows>
+TACHYON_INLINE void tile_scores(const float* q, int head_size, const float* keys_by_dimension,
+                                int64_t key_stride, int positions, float* const* scores) {
+  // Whole tiles while more than kVectorTile - 1 vectors remain (the last one masked), then
+  // one narrower tile.
+  constexpr int kWide = kVectorTile * kLanes;
+  int p0 = 0;
+  for (; positions - p0 > kWide - kLanes; p0 += kWide) {
+    score_tile<kRows, kVectorTile>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+                                   scores);
+  }
+  switch ((positions - p0 + kLanes - 1) / kLanes) {
+    case 1:
+      return score_tile<kRows, 1>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+                                  scores);
+    case 2:
+      return score_tile<kRows, 2>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+                                  scores);
+    case 3:
+      return score_tile<kRows, 3>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+                                  scores);
+    default:
+      return;
+  }
+}
+
+// The portable kernel's softmax_step on 16 lanes: the row's first `visible` scores become
+// exp(score - new max), summed lane by lane (position p in lane p % 16) and the lanes then in
+// order; returns the factor that rescales what was accumulated before.
+TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
+                                  float& running_sum) {
+  __m512 lane_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int p = 0;
+  for (; p + kLanes <= visible; p += kLanes) lane_max = _mm512_max_ps(lane_max, _mm512_loadu_ps(row + p));
+  const __mmask16 tail = first_lanes(visible - p);
+  lane_max = _mm512_mask_max_ps(lane_max, tail, lane_max, _mm512_maskz_loadu_ps(tail, row + p));
+  const float new_max = std::max(running_max, _mm512_reduce_max_ps(lane_max));
+  const float correction = kernels::exp_nonpositive(running_max - new_max);
+  const __m512 shift = _mm512_set1_ps(new_max);
+  __m512 lane_sum = _mm512_setzero_ps();
+  for (p = 0; p + kLanes <= visible; p += kLanes) {
+    const __m512 weight = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + p), shift));
+    _mm512_storeu_ps(row + p, weight);
+    lane_sum = _mm512_add_ps(lane_sum, weight);
+  }
+  if (tail != 0) {
+    const __m512 weight =
+        exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + p), shift));
+    _mm512_mask_storeu_ps(row + p, tail, weight);
+    lane_sum = _mm512_mask_add_ps(lane_sum, tail, lane_sum, weight);
+  }
+  alignas(64) float lanes[kLanes];
+  _mm512_store_ps(lanes, lane_sum);
+  float block_sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) block_sum += lanes[j];
+  running_sum = running_sum * correction + block_sum;
+  running_max = new_max;
+  return correction;
+}
+
+// acc[r][d] = acc[r][d] * correction[r] + sum_p weights[r][p] * v[p][d] over p < visible[r],
+// positions added in order, for the kVectors vectors of dimensions from d0.
+template <int kRows, int kVectors>
+TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common,
+                                    int most, const float* correction, int head_size,
+                                    const float* values, int d0, float* const* acc) {
+  __mmask16 mask[kVectors];
+  for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(head_size - d0 - j * kLanes);
+  __m512 slice[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 factor = _mm512_set1_ps(correction[r]);
+    for (int j = 0; j < kVectors; ++j) {
+      slice[r][j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[j], acc[r] + d0 + j * kLanes), factor);
+    }
+  }
+  const float* v = values + d0;
+  int p = 0;
+  for (; p < common; ++p, v += head_size) {  // every row of the tile sees p
+    __m512 value[kVectors];
+    for (int j = 0; j < kVectors; ++j) value[j] = _mm512_maskz_loadu_ps(mask[j], v + j * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 weight = _mm512_set1_ps(weights[r][p]);
+      for (int j = 0; j < kVectors; ++j) slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
+    }
+  }
+  for (; p < most; ++p, v += head_size) {  // only the rows that see this far
+    __m512 value[kVectors];
+    for (int j = 0; j < kVectors; ++j) value[j] = _mm512_maskz_loadu_ps(mask[j], v + j * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      if (p >= visible[r]) continue;
+      const __m512 weight = _mm512_set1_ps(weights[r][p]);
+      for (int j = 0; j < kVectors; ++j) slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) {
+      _mm512_mask_storeu_ps(acc[r] + d0 + j * kLanes, mask[j], slice[r][j]);
+    }
+  }
+}
+
+template <int kRows>
+TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
+                                    const float* correction, int head_size, const float* values,
+                                    float* const* acc) {
+  int common = visible[0];
+  int most = visible[0];
+  for (int r = 1; r < kRows; ++r) {
+    common = std::min(common, visible[r]);
+    most = std::max(most, visible[r]);
+  }
+  constexpr int kWide = kVectorTile * kLanes;
+  int d0 = 0;
+  for (; head_size - d0 > kWide - kLanes; d0 += kWide) {
+    accumulate_tile<kRows, kVectorTile>(weights, visible, common, most, correction, head_size,
+                                        values, d0, acc);
+  }
+  switch ((head_size - d0 + kLanes - 1) / kLanes) {
+    case 1:
+      return accumulate_tile<kRows, 1>(weights, visible, common, most, correction, head_size,
+                                       values, d0, acc);
+    case 2:
+      return accumulate_tile<kRows, 2>(weights, visible, common, most, correction, head_size,
+                                       values, d0, acc);
+    case 3:
+      return accumulate_tile<kRows, 3>(weights, visible, common, most, correction, head_size,
+                                       values, d0, acc);
+    default:
+      return;
+  }
+}
+
+// Rows [first, first + kRows) of a span update (row = token * group + head).
+template <int kRows>
+void span_rows(const float* queries, int64_t token_stride, int group, int head_size, float scale,
+               const int* visible, int first, const float* keys_by_dimension, int64_t key_stride,
+               const float* values, float* scores, int64_t score_stride, float* running_max,
+               float* running_sum, float* accumulator) {
+  alignas(64) float scaled[kRows * kMaxHeadSize];  // the rows' queries times scale
+  float* row_scores[kRows];
+  float* acc[kRows];
+  int row_visible[kRows];
+  int most = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int row = first + r;
+    const float* q = queries + (row / group) * token_stride + (row % group) * head_size;
+    for (int d = 0; d < head_size; ++d) scaled[r * head_size + d] = q[d] * scale;
+    row_scores[r] = scores + row * score_stride;
+    acc[r] = accumulator + static_cast<int64_t>(row) * head_size;
+    row_visible[r] = visible[row / group];
+    most = std::max(most, row_visible[r]);
+  }
+  tile_scores<kRows>(scaled, head_size, keys_by_dimension, key_stride, most, row_scores);
+  float correction[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    // A row that sees none of this span keeps its state (correction 1, nothing added).
+    correction[r] = row_visible[r] == 0 ? 1.0f
+                                        : softmax_step(row_scores[r], row_visible[r],
+                                                       running_max[first + r],
+                                                       running_sum[first + r]);
+  }
+  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
+}
+
+}  // namespace
+
+bool attention_span_update_supports(int head_size) {
+  return head_size > 0 && head_size <= kMaxHeadSize;
+}
+
+void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                           int head_size, float scale, const int* visible,
+                           const float* keys_by_dimension, int64_t key_stride,
+                           const float* values, float* scores, int64_t score_stride,
+                           float* running_max, float* running_sum, float* accumulator) {
+  const int rows = num_tokens * group;
+  int first = 0;
+  for (; first + kRowTile <= rows; first += kRowTile) {
+    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first,
+                        keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+                        running_sum, accumulator);
+  }
+  // The last rows, as one narrower tile.
+#define TACHYON_SPAN_ROWS(n)                                                                     \
+  case n:                                                                                        \
+    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first,          \
+                        keys_by_dimension, key_stride, values, scores, score_stride, running_max, \
+                        running_sum, accumulator)
+  switch (rows - first) {
+    TACHYON_SPAN_ROWS(1);
+    TACHYON_SPAN_ROWS(2);
+    TACHYON_SPAN_ROWS(3);
+    TACHYON_SPAN_ROWS(4);
+    TACHYON_SPAN_ROWS(5);
+    default:
+      return;
+  }
+#undef TACHYON_SPAN_ROWS
+}
+
+}  // namespace tachyon::kernels::avx512
