@@ -7,6 +7,7 @@ over --rounds), tachyon's ratio to the faster peer, and for decode tests the fra
 tachyon bench's measured roofline.
 
     .venv/bin/python bench/compare_cpu_peers.py [-t 2] [-r 5] [--rounds 1] [--long]
+        [--only MODEL] [--tests pp8192,...] [--peers ik_llama.cpp]
 
 Models (made first if missing): the default SmolLM2-135M Q4_1 and its Q8_0 / F16 variants
 (tools/make_model_variant.py), and random weights in the Llama-3.2-1B shape in Q4_0 and Q8_0
@@ -72,6 +73,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--long", action="store_true", help="also pp8192 on the default model")
     parser.add_argument("--only", help="only the models whose name contains this")
+    parser.add_argument("--tests", help="only these tests (comma-separated, e.g. pp8192)")
+    parser.add_argument("--peers", default="llama.cpp,ik_llama.cpp",
+                        help="peers to run (comma-separated; mainline takes ~2 min per pp8192)")
     args = parser.parse_args()
     models = ensure_models()
     # (model, test arguments, the tests they produce)
@@ -85,7 +89,12 @@ def main() -> int:
         plan.append(("SmolLM2-135M Q4_1", ["-p", "8192", "-n", "0"], ["pp8192"]))
     if args.only:
         plan = [item for item in plan if args.only in item[0]]
-    runners = engines(args.threads, args.reps)
+    if args.tests:
+        wanted = set(args.tests.split(","))
+        plan = [item for item in plan if wanted & set(item[2])]
+    peers = args.peers.split(",")
+    runners = {engine: command for engine, command in engines(args.threads, args.reps).items()
+               if engine == "tachyon" or engine in peers}
     rates: dict[tuple[str, str, str], list[float]] = {}
     roofline: dict[str, list[float]] = {}
     for _ in range(args.rounds):
@@ -117,12 +126,14 @@ def main() -> int:
         for test in tests:
             values = {engine: statistics.median(rates[(model, test, engine)])
                       for engine in runners}
-            peer = max(values["llama.cpp"], values["ik_llama.cpp"])
+            peer = max(values.get(name, 0.0) for name in ("llama.cpp", "ik_llama.cpp"))
+            shown = {name: f"{values[name]:.1f}" if name in values else "-"
+                     for name in ("llama.cpp", "ik_llama.cpp")}
             fraction = ""
             if test.startswith("tg") and roofline.get(model):
                 fraction = f"{100 * values['tachyon'] / statistics.median(roofline[model]):.0f}%"
-            print(f"| {model} | {test} | {values['tachyon']:.1f} | {values['llama.cpp']:.1f} | "
-                  f"{values['ik_llama.cpp']:.1f} | {values['tachyon'] / peer:.2f}x | {fraction} |")
+            print(f"| {model} | {test} | {values['tachyon']:.1f} | {shown['llama.cpp']} | "
+                  f"{shown['ik_llama.cpp']} | {values['tachyon'] / peer:.2f}x | {fraction} |")
     return 0
 
 

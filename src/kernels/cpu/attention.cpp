@@ -86,21 +86,25 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
   for (int j = 1; j < kLanes; ++j) block_max = std::max(block_max, lane_max[j]);
   const float new_max = std::max(running_max, block_max);
   // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
-  const float correction = exp_nonpositive(running_max - new_max);
+  const float correction = exp_nonpositive_fused(running_max - new_max);
   float lane_sum[kLanes] = {};
   p0 = 0;
   for (; p0 + kLanes <= visible; p0 += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
-      row[p0 + j] = exp_nonpositive(row[p0 + j] - new_max);
+      row[p0 + j] = exp_nonpositive_fused(row[p0 + j] - new_max);
       lane_sum[j] += row[p0 + j];
     }
   }
   for (int j = 0; p0 + j < visible; ++j) {
-    row[p0 + j] = exp_nonpositive(row[p0 + j] - new_max);
+    row[p0 + j] = exp_nonpositive_fused(row[p0 + j] - new_max);
     lane_sum[j] += row[p0 + j];
   }
-  float block_sum = 0.0f;
-  for (int j = 0; j < kLanes; ++j) block_sum += lane_sum[j];
+  // The lanes in a tree (lane j + lane j + width, width 8, 4, 2, 1): short dependency chains,
+  // and what a vector unit computes by halving.
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) lane_sum[j] += lane_sum[j + width];
+  }
+  const float block_sum = lane_sum[0];
   running_sum = running_sum * correction + block_sum;
   running_max = new_max;
   return correction;

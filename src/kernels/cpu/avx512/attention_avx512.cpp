@@ -38,30 +38,38 @@ TACHYON_INLINE __mmask16 first_lanes(int count) {
   return static_cast<__mmask16>((1u << count) - 1);
 }
 
-// exp_nonpositive (fast_exp.h) on 16 lanes: the same operations, each rounded on its own.
+// exp_nonpositive_fused (fast_exp.h) on 16 lanes: the same operations, each rounded alike.
 TACHYON_INLINE __m512 exp_nonpositive(__m512 x) {
   const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
   // x > 0 ? 0 : x, keeping x's sign of zero as the scalar code does; NaN and x < -87 take -87.
   const __m512 clamped =
       _mm512_mask_blend_ps(in_range, _mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_setzero_ps(), x));
   const __m512 magic = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(
-      _mm512_add_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
-  const __m512 r =
-      _mm512_add_ps(_mm512_sub_ps(clamped, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
-                    _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(clamped, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f),
+                                   _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), clamped));
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
-                    _mm512_set1_ps(1.0f));
-  const __m512i exponent =
-      _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i exponent = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
   const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(exponent, 23));
   return _mm512_maskz_mul_ps(in_range, p, scale);
+}
+
+// The 16 lanes summed as a tree (lane j + lane j + width, width 8, 4, 2, 1), as the portable
+// kernel sums them.
+TACHYON_INLINE float sum_lanes(__m512 v) {
+  const __m256 low = _mm512_castps512_ps256(v);
+  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 v8 = _mm256_add_ps(low, high);
+  const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+  const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+  return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
 }
 
 // scores[r][p] = sum_d q[r][d] * k[d][p] (q already scaled) for the kVectors vectors of
@@ -118,8 +126,8 @@ TACHYON_INLINE void tile_scores(const float* q, int head_size, const float* keys
 }
 
 // The portable kernel's softmax_step on 16 lanes: the row's first `visible` scores become
-// exp(score - new max), summed lane by lane (position p in lane p % 16) and the lanes then in
-// order; returns the factor that rescales what was accumulated before.
+// exp(score - new max), summed lane by lane (position p in lane p % 16) and the lanes then as
+// a tree; returns the factor that rescales what was accumulated before.
 TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
                                   float& running_sum) {
   __m512 lane_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -128,7 +136,7 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
   const __mmask16 tail = first_lanes(visible - p);
   lane_max = _mm512_mask_max_ps(lane_max, tail, lane_max, _mm512_maskz_loadu_ps(tail, row + p));
   const float new_max = std::max(running_max, _mm512_reduce_max_ps(lane_max));
-  const float correction = kernels::exp_nonpositive(running_max - new_max);
+  const float correction = kernels::exp_nonpositive_fused(running_max - new_max);
   const __m512 shift = _mm512_set1_ps(new_max);
   __m512 lane_sum = _mm512_setzero_ps();
   for (p = 0; p + kLanes <= visible; p += kLanes) {
@@ -142,11 +150,7 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
     _mm512_mask_storeu_ps(row + p, tail, weight);
     lane_sum = _mm512_mask_add_ps(lane_sum, tail, lane_sum, weight);
   }
-  alignas(64) float lanes[kLanes];
-  _mm512_store_ps(lanes, lane_sum);
-  float block_sum = 0.0f;
-  for (int j = 0; j < kLanes; ++j) block_sum += lanes[j];
-  running_sum = running_sum * correction + block_sum;
+  running_sum = running_sum * correction + sum_lanes(lane_sum);
   running_max = new_max;
   return correction;
 }
