@@ -4,7 +4,8 @@ ik_llama.cpp (ik-llama-cpp-python), on the same machine and thread count, the en
 turns test by test so that noise from a shared machine hits all three. Prints a Markdown
 table (docs/benchmarks.md) with each test's tokens/s (mean of -r repetitions, then the median
 over --rounds), tachyon's ratio to the faster peer, and for decode tests the fraction of
-tachyon bench's measured roofline.
+tachyon bench's measured roofline (each tg repetition against the read bandwidth probed right
+before and after it).
 
     .venv/bin/python bench/compare_cpu_peers.py [-t 2] [-r 5] [--rounds 1] [--long]
         [--only MODEL] [--tests pp8192,...] [--peers ik_llama.cpp]
@@ -105,7 +106,9 @@ def main() -> int:
                     rates.setdefault((model, test, engine), []).append(
                         rows[test]["tokens_per_second"])
                 if engine == "tachyon" and "roofline" in rows and "tg128" in rows:
-                    roofline.setdefault(model, []).append(rows["roofline"]["tokens_per_second"])
+                    # Each tg repetition against the bandwidth probed right around it.
+                    roofline.setdefault(model, []).append(
+                        rows["roofline"]["tg_fraction_of_roofline"])
                 print(f"  {model} {' '.join(test_args)} {engine}: "
                       f"{ {t: round(rows[t]['tokens_per_second'], 1) for t in tests} }",
                       file=sys.stderr)
@@ -131,7 +134,7 @@ def main() -> int:
                      for name in ("llama.cpp", "ik_llama.cpp")}
             fraction = ""
             if test.startswith("tg") and roofline.get(model):
-                fraction = f"{100 * values['tachyon'] / statistics.median(roofline[model]):.0f}%"
+                fraction = f"{100 * statistics.median(roofline[model]):.0f}%"
             print(f"| {model} | {test} | {values['tachyon']:.1f} | {shown['llama.cpp']} | "
                   f"{shown['ik_llama.cpp']} | {values['tachyon'] / peer:.2f}x | {fraction} |")
     return 0

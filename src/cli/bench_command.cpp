@@ -1,6 +1,7 @@
 // `tachyon bench`: prompt processing (ppN) and generation (tgN) speed, measured like
 // llama-bench: ppN computes N prompt tokens from an empty cache in batches, tgN generates N
 // tokens one at a time from an empty cache. Mean ± stddev over repetitions, after a warm-up.
+#include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -50,6 +51,12 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
   for (double rate : rates) sum_squares += (rate - m.mean) * (rate - m.mean);
   m.stddev = rates.size() > 1 ? std::sqrt(sum_squares / (rates.size() - 1)) : 0.0;
   return m;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // Bytes one decoded token reads: every weight matrix once (the output matrix too, even when it
@@ -177,14 +184,25 @@ Status run_bench(const BenchOptions& options) {
     }
     results.push_back(summarize(fmt::format("pp{}", options.prompt_tokens), rates));
   }
+  // The read bandwidth on offer changes from minute to minute on a shared machine, so the
+  // roofline is probed right before and after each decode repetition and each repetition is
+  // compared with the mean of its two probes.
+  std::optional<kernels::BandwidthProbe> probe;
+  if (options.roofline) probe.emplace(*session.pool);
+  std::vector<double> generation_rates;
+  std::vector<double> generation_bandwidths;  // bytes/s around each repetition
   if (options.generated_tokens > 0) {
     TACHYON_RETURN_IF_ERROR(time_generation().status());
-    std::vector<double> rates;
     for (int r = 0; r < options.repetitions; ++r) {
+      const double before = probe ? probe->measure(2).bytes_per_second : 0.0;
       TACHYON_ASSIGN_OR_RETURN(double seconds, time_generation());
-      rates.push_back(options.generated_tokens / seconds);
+      generation_rates.push_back(options.generated_tokens / seconds);
+      if (probe) {
+        generation_bandwidths.push_back((before + probe->measure(2).bytes_per_second) / 2);
+      }
     }
-    results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), rates));
+    results.push_back(
+        summarize(fmt::format("tg{}", options.generated_tokens), generation_rates));
   }
 
   if (options.parallel > 0) {
@@ -215,21 +233,29 @@ Status run_bench(const BenchOptions& options) {
 
   // The decode roofline: measured read bandwidth / bytes per decoded token.
   struct Roofline {
-    kernels::BandwidthMeasurement bandwidth;
+    double bytes_per_second = 0;  // median of the probes (best of 5 passes without a tg test)
+    int probes = 0;               // probes taken around tg repetitions (0: one at the end)
     double bytes_per_token = 0;
     double tokens_per_second = 0;
-    double measured = 0;  // tgN tokens/s, 0 when not run
+    double fraction = 0;  // median over tg repetitions of speed / roofline at the time, or 0
   };
   std::optional<Roofline> roofline;
-  if (options.roofline) {
+  if (probe) {
     Roofline r;
-    r.bandwidth = kernels::measure_read_bandwidth(*session.pool);
     const double mean_context = std::max(0.0, (options.generated_tokens - 1) / 2.0);
     r.bytes_per_token = decode_bytes_per_token(model, mean_context, session.cache_type);
-    r.tokens_per_second = r.bandwidth.bytes_per_second / r.bytes_per_token;
-    for (const Measurement& m : results) {
-      if (m.test == fmt::format("tg{}", options.generated_tokens)) r.measured = m.mean;
+    if (generation_bandwidths.empty()) {
+      r.bytes_per_second = probe->measure(5).bytes_per_second;
+    } else {
+      std::vector<double> fractions;
+      for (size_t i = 0; i < generation_rates.size(); ++i) {
+        fractions.push_back(generation_rates[i] * r.bytes_per_token / generation_bandwidths[i]);
+      }
+      r.bytes_per_second = median(generation_bandwidths);
+      r.probes = static_cast<int>(generation_bandwidths.size()) * 2;
+      r.fraction = median(fractions);
     }
+    r.tokens_per_second = r.bytes_per_second / r.bytes_per_token;
     roofline = r;
   }
 
@@ -241,11 +267,9 @@ Status run_bench(const BenchOptions& options) {
     if (roofline) {
       out.push_back({{"test", "roofline"},
                      {"tokens_per_second", roofline->tokens_per_second},
-                     {"read_bandwidth_gb_per_s", roofline->bandwidth.bytes_per_second / 1e9},
+                     {"read_bandwidth_gb_per_s", roofline->bytes_per_second / 1e9},
                      {"bytes_per_token", roofline->bytes_per_token},
-                     {"tg_fraction_of_roofline",
-                      roofline->measured > 0 ? roofline->measured / roofline->tokens_per_second
-                                             : 0.0}});
+                     {"tg_fraction_of_roofline", roofline->fraction}});
     }
     std::printf("%s\n", boost::json::serialize(out).c_str());
     return Status();
@@ -259,15 +283,21 @@ Status run_bench(const BenchOptions& options) {
     std::printf("%-8s %10.2f ± %5.2f\n", m.test.c_str(), m.mean, m.stddev);
   }
   if (roofline) {
-    std::printf("memory   %.1f GB/s read with %d threads (best of 5 passes over %zu MiB)\n",
-                roofline->bandwidth.bytes_per_second / 1e9, session.pool->num_threads(),
-                roofline->bandwidth.buffer_bytes >> 20);
+    if (roofline->probes > 0) {
+      std::printf("memory   %.1f GB/s read with %d threads (median of %d probes, one before and "
+                  "one after each tg repetition)\n",
+                  roofline->bytes_per_second / 1e9, session.pool->num_threads(), roofline->probes);
+    } else {
+      std::printf("memory   %.1f GB/s read with %d threads (best of 5 passes)\n",
+                  roofline->bytes_per_second / 1e9, session.pool->num_threads());
+    }
     std::printf("roofline %.1f MB read per decoded token (weights + KV cache at the tg test's mean "
                 "context): at most %.1f tokens/s",
                 roofline->bytes_per_token / 1e6, roofline->tokens_per_second);
-    if (roofline->measured > 0) {
-      std::printf("; tg%d reaches %.0f%%", options.generated_tokens,
-                  100.0 * roofline->measured / roofline->tokens_per_second);
+    if (roofline->fraction > 0) {
+      std::printf("; tg%d reaches %.0f%% (median over repetitions, each against the bandwidth "
+                  "probed around it)",
+                  options.generated_tokens, 100.0 * roofline->fraction);
     }
     std::printf("\n");
   }

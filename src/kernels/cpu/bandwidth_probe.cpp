@@ -29,32 +29,33 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float sum_floats(co
 
 }  // namespace
 
-BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_bytes,
-                                            int repetitions) {
-  const size_t count = std::max<size_t>(buffer_bytes / sizeof(float), 1024);
-  // In huge pages like the weights (HugePageArena), so the roofline compares like with like.
-  HugePageArena arena;
-  float* const buffer = reinterpret_cast<float*>(arena.allocate(count * sizeof(float)));
+BandwidthProbe::BandwidthProbe(ThreadPool& pool, size_t buffer_bytes)
+    : pool_(pool), count_(std::max<size_t>(buffer_bytes / sizeof(float), 1024)) {
+  buffer_ = reinterpret_cast<float*>(arena_.allocate(count_ * sizeof(float)));
   // Written by the threads that will read it (first touch places the pages near them).
-  pool.run([&](int thread_index, int num_threads) {
-    const size_t begin = count * thread_index / num_threads;
-    const size_t end = count * (thread_index + 1) / num_threads;
-    for (size_t i = begin; i < end; ++i) buffer[i] = static_cast<float>(i & 7);
+  pool_.run([this](int thread_index, int num_threads) {
+    const size_t begin = count_ * thread_index / num_threads;
+    const size_t end = count_ * (thread_index + 1) / num_threads;
+    for (size_t i = begin; i < end; ++i) buffer_[i] = static_cast<float>(i & 7);
   });
+}
+
+void BandwidthProbe::read_once() {
   std::atomic<uint32_t> sink{0};  // keeps the sums alive
-  auto read_once = [&] {
-    pool.run([&](int thread_index, int num_threads) {
-      const size_t begin = count * thread_index / num_threads;
-      const size_t end = count * (thread_index + 1) / num_threads;
-      const float sum = sum_floats(buffer + begin, buffer + end);
-      uint32_t bits;
-      std::memcpy(&bits, &sum, sizeof(bits));
-      sink.fetch_xor(bits, std::memory_order_relaxed);
-    });
-  };
+  pool_.run([&](int thread_index, int num_threads) {
+    const size_t begin = count_ * thread_index / num_threads;
+    const size_t end = count_ * (thread_index + 1) / num_threads;
+    const float sum = sum_floats(buffer_ + begin, buffer_ + end);
+    uint32_t bits;
+    std::memcpy(&bits, &sum, sizeof(bits));
+    sink.fetch_xor(bits, std::memory_order_relaxed);
+  });
+}
+
+BandwidthMeasurement BandwidthProbe::measure(int repetitions) {
   read_once();
   BandwidthMeasurement result;
-  result.buffer_bytes = count * sizeof(float);
+  result.buffer_bytes = count_ * sizeof(float);
   for (int r = 0; r < std::max(1, repetitions); ++r) {
     const auto start = std::chrono::steady_clock::now();
     read_once();
@@ -64,6 +65,11 @@ BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_byte
         std::max(result.bytes_per_second, static_cast<double>(result.buffer_bytes) / seconds);
   }
   return result;
+}
+
+BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool, size_t buffer_bytes,
+                                            int repetitions) {
+  return BandwidthProbe(pool, buffer_bytes).measure(repetitions);
 }
 
 }  // namespace tachyon::kernels
