@@ -183,30 +183,99 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   const int group = shape.num_heads / shape.num_kv_heads;
   const int block_size = batch.block_size;
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * head_size;
-  // Work items: a KV head of a run of up to 16 consecutive new tokens of one sequence; the
-  // run's blocks are widened to f32 once and shared by its tokens.
+  // Work items: a KV head of a run of up to 16 consecutive new tokens of one sequence.
   constexpr int kTokensPerRun = 16;
   constexpr int kSpanPositions = 128;
+  // Positions are folded into the online softmax a span at a time: whole blocks, aligned to
+  // absolute positions, so a token's arithmetic depends only on its own context length.
+  const int span = block_size * std::max(1, kSpanPositions / block_size);
+  const int64_t span_floats = static_cast<int64_t>(span) * head_size;
+  // A sequence with several runs (a prompt chunk) has its blocks widened to f32 once per call
+  // and shared by its runs (per span: keys f32 [head_size, span], then values f32 [span,
+  // head_size]; per sequence: [num_kv_heads, spans]), unless the copies of all such sequences
+  // would pass kWidenedBytes; other runs widen their blocks span by span as they go.
+  constexpr int64_t kWidenedBytes = int64_t{128} << 20;
   struct Run {
     int sequence;
     int first_token;  // index in the batch
     int num_tokens;
   };
-  // Reused between calls. Workers reach it through this reference: naming a thread_local
+  struct Widened {
+    int sequence;
+    int num_spans;
+    int64_t offset;  // of its first head's first span in `widened`
+  };
+  // Reused between calls. Workers reach them through these references: naming a thread_local
   // inside the job would give each worker its own, empty copy.
   thread_local std::vector<Run> runs_storage;
+  thread_local std::vector<Widened> widened_sequences_storage;
+  // Per sequence: its index in widened_sequences, or -1.
+  thread_local std::vector<int> widened_index_storage;
+  thread_local std::vector<float> widened_storage;
   std::vector<Run>& runs = runs_storage;
+  std::vector<Widened>& widened_sequences = widened_sequences_storage;
+  std::vector<int>& widened_index = widened_index_storage;
+  std::vector<float>& widened = widened_storage;
   runs.clear();
+  widened_sequences.clear();
+  widened_index.assign(batch.sequences.size(), -1);
+  int64_t widened_floats = 0;
   for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
     const BatchSequence& sequence = batch.sequences[s];
     for (int t = 0; t < sequence.num_tokens; t += kTokensPerRun) {
-      runs.push_back({s, sequence.first_token + t, std::min(kTokensPerRun, sequence.num_tokens - t)});
+      runs.push_back(
+          {s, sequence.first_token + t, std::min(kTokensPerRun, sequence.num_tokens - t)});
+    }
+    if (sequence.num_tokens > kTokensPerRun) {
+      const int num_spans = (sequence.start_position + sequence.num_tokens + span - 1) / span;
+      widened_index[s] = static_cast<int>(widened_sequences.size());
+      widened_sequences.push_back({s, num_spans, widened_floats});
+      widened_floats += 2 * span_floats * num_spans * shape.num_kv_heads;
     }
   }
+  if (widened_floats * static_cast<int64_t>(sizeof(float)) > kWidenedBytes) {
+    widened_sequences.clear();
+    widened_index.assign(batch.sequences.size(), -1);
+    widened_floats = 0;
+  }
+  if (widened.size() < static_cast<size_t>(widened_floats)) widened.resize(widened_floats);
+  // Keys (transposed, stride `span`) and values of positions [span_start, span_start + count)
+  // of a sequence's KV head.
+  auto load_span = [&](const BatchSequence& sequence, int kv_head, int span_start, int count,
+                       float* keys, float* values) {
+    for (int offset = 0; offset < count; offset += block_size) {
+      const int block = (span_start + offset) / block_size;
+      cache.load_block(layer, kv_head, sequence.block_table[block],
+                       std::min(block_size, count - offset), keys + offset, span,
+                       values + static_cast<size_t>(offset) * head_size);
+    }
+  };
+  if (!widened_sequences.empty()) {
+    thread_local std::vector<int64_t> first_item_storage;  // per widened sequence
+    std::vector<int64_t>& first_item = first_item_storage;
+    first_item.clear();
+    int64_t items = 0;
+    for (const Widened& w : widened_sequences) {
+      first_item.push_back(items);
+      items += static_cast<int64_t>(w.num_spans) * shape.num_kv_heads;
+    }
+    pool.run([&](int thread_index, int num_threads) {
+      size_t w = 0;
+      for (int64_t item = thread_index; item < items; item += num_threads) {
+        while (w + 1 < first_item.size() && item >= first_item[w + 1]) ++w;
+        const Widened& widened_sequence = widened_sequences[w];
+        const BatchSequence& sequence = batch.sequences[widened_sequence.sequence];
+        const int64_t index = item - first_item[w];  // kv_head * num_spans + span
+        const int kv_head = static_cast<int>(index / widened_sequence.num_spans);
+        const int span_start = static_cast<int>(index % widened_sequence.num_spans) * span;
+        float* keys = widened.data() + widened_sequence.offset + index * 2 * span_floats;
+        load_span(sequence, kv_head, span_start,
+                  std::min(span, sequence.start_position + sequence.num_tokens - span_start),
+                  keys, keys + span_floats);
+      }
+    });
+  }
   const int64_t work = static_cast<int64_t>(runs.size()) * shape.num_kv_heads;
-  // Positions are folded into the online softmax a span at a time: whole blocks, aligned to
-  // absolute positions, so a token's arithmetic depends only on its own context length.
-  const int span = block_size * std::max(1, kSpanPositions / block_size);
   pool.run([&](int thread_index, int num_threads) {
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
     thread_local std::vector<float> values;             // f32 [span, head_size]
@@ -218,18 +287,25 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       const Run& run = runs[item / shape.num_kv_heads];
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const BatchSequence& sequence = batch.sequences[run.sequence];
+      const int widened_at = widened_index[run.sequence];
+      const float* head_spans =
+          widened_at < 0 ? nullptr
+                         : widened.data() + widened_sequences[widened_at].offset +
+                               kv_head * widened_sequences[widened_at].num_spans * 2 * span_floats;
       state.reset();
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       // Positions seen by the run's last token (each token sees itself and everything before).
       const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
       for (int span_start = 0; span_start < run_end; span_start += span) {
         const int span_count = std::min(span, run_end - span_start);
-        for (int offset = 0; offset < span_count; offset += block_size) {
-          const int block = (span_start + offset) / block_size;
-          cache.load_block(layer, kv_head, sequence.block_table[block],
-                           std::min(block_size, span_count - offset),
-                           keys_by_dimension.data() + offset, span,
-                           values.data() + static_cast<size_t>(offset) * head_size);
+        const float* span_keys = keys_by_dimension.data();
+        const float* span_values = values.data();
+        if (head_spans != nullptr) {
+          span_keys = head_spans + (span_start / span) * 2 * span_floats;
+          span_values = span_keys + span_floats;
+        } else {
+          load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
+                    values.data());
         }
         int visible[kTokensPerRun];
         for (int i = 0; i < run.num_tokens; ++i) {
@@ -237,8 +313,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
                                   span_count);
         }
         state.update(queries + run.first_token * q_stride + head_offset, q_stride,
-                     run.num_tokens, shape.scale, visible, keys_by_dimension.data(),
-                     values.data());
+                     run.num_tokens, shape.scale, visible, span_keys, span_values);
       }
       state.finish(run.num_tokens, out + run.first_token * q_stride + head_offset, q_stride);
     }

@@ -179,7 +179,9 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
         max0[r] = r % 4 == 0 ? -INFINITY : normal(rng);  // some rows start fresh
         sum0[r] = r % 4 == 0 ? 0.0f : 1.0f + std::fabs(normal(rng));
       }
-      for (size_t i = 0; i < acc0.size(); ++i) acc0[i] = (i / c.head_size) % 4 == 0 ? 0.0f : normal(rng);
+      for (size_t i = 0; i < acc0.size(); ++i) {
+        acc0[i] = (i / c.head_size) % 4 == 0 ? 0.0f : normal(rng);
+      }
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
       std::vector<float> results[2][3];
       const kernels::KernelLevel levels[2] = {kernels::KernelLevel::kReference,

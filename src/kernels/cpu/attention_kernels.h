@@ -12,12 +12,12 @@ namespace tachyon::kernels {
 
 // attention_span_update at an explicit level (`level` must be available): kAvx512 runs the
 // AVX-512 kernel where it supports the head size, every other level the portable kernel.
-void attention_span_update_at_level(KernelLevel level, const float* queries,
-                                    int64_t token_stride, int num_tokens, int group,
-                                    int head_size, float scale, const int* visible,
-                                    const float* keys_by_dimension, int64_t key_stride,
-                                    const float* values, float* scores, int64_t score_stride,
-                                    float* running_max, float* running_sum, float* accumulator);
+void attention_span_update_at_level(KernelLevel level, const float* queries, int64_t token_stride,
+                                    int num_tokens, int group, int head_size, float scale,
+                                    const int* visible, const float* keys_by_dimension,
+                                    int64_t key_stride, const float* values, float* scores,
+                                    int64_t score_stride, float* running_max, float* running_sum,
+                                    float* accumulator);
 
 namespace avx512 {
 // True when the AVX-512 kernel handles heads of `head_size`.
@@ -25,9 +25,9 @@ bool attention_span_update_supports(int head_size);
 // As kernels::attention_span_update (see attention.h), same bits.
 void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
                            int head_size, float scale, const int* visible,
-                           const float* keys_by_dimension, int64_t key_stride,
-                           const float* values, float* scores, int64_t score_stride,
-                           float* running_max, float* running_sum, float* accumulator);
+                           const float* keys_by_dimension, int64_t key_stride, const float* values,
+                           float* scores, int64_t score_stride, float* running_max,
+                           float* running_sum, float* accumulator);
 }  // namespace avx512
 
 }  // namespace tachyon::kernels

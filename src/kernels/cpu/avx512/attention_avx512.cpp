@@ -128,11 +128,11 @@ TACHYON_INLINE void tile_scores(const float* q, int head_size, const float* keys
 // The portable kernel's softmax_step on 16 lanes: the row's first `visible` scores become
 // exp(score - new max), summed lane by lane (position p in lane p % 16) and the lanes then as
 // a tree; returns the factor that rescales what was accumulated before.
-TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
-                                  float& running_sum) {
+TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max, float& running_sum) {
   __m512 lane_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   int p = 0;
-  for (; p + kLanes <= visible; p += kLanes) lane_max = _mm512_max_ps(lane_max, _mm512_loadu_ps(row + p));
+  for (; p + kLanes <= visible; p += kLanes)
+    lane_max = _mm512_max_ps(lane_max, _mm512_loadu_ps(row + p));
   const __mmask16 tail = first_lanes(visible - p);
   lane_max = _mm512_mask_max_ps(lane_max, tail, lane_max, _mm512_maskz_loadu_ps(tail, row + p));
   const float new_max = std::max(running_max, _mm512_reduce_max_ps(lane_max));
@@ -158,9 +158,9 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
 // acc[r][d] = acc[r][d] * correction[r] + sum_p weights[r][p] * v[p][d] over p < visible[r],
 // positions added in order, for the kVectors vectors of dimensions from d0.
 template <int kRows, int kVectors>
-TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common,
-                                    int most, const float* correction, int head_size,
-                                    const float* values, int d0, float* const* acc) {
+TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common, int most,
+                                    const float* correction, int head_size, const float* values,
+                                    int d0, float* const* acc) {
   __mmask16 mask[kVectors];
   for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(head_size - d0 - j * kLanes);
   __m512 slice[kRows][kVectors];
@@ -177,7 +177,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
     for (int j = 0; j < kVectors; ++j) value[j] = _mm512_maskz_loadu_ps(mask[j], v + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
-      for (int j = 0; j < kVectors; ++j) slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
+      for (int j = 0; j < kVectors; ++j)
+        slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
     }
   }
   for (; p < most; ++p, v += head_size) {  // only the rows that see this far
@@ -186,7 +187,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
     for (int r = 0; r < kRows; ++r) {
       if (p >= visible[r]) continue;
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
-      for (int j = 0; j < kVectors; ++j) slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
+      for (int j = 0; j < kVectors; ++j)
+        slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -251,10 +253,10 @@ void span_rows(const float* queries, int64_t token_stride, int group, int head_s
   float correction[kRows];
   for (int r = 0; r < kRows; ++r) {
     // A row that sees none of this span keeps its state (correction 1, nothing added).
-    correction[r] = row_visible[r] == 0 ? 1.0f
-                                        : softmax_step(row_scores[r], row_visible[r],
-                                                       running_max[first + r],
-                                                       running_sum[first + r]);
+    correction[r] = row_visible[r] == 0
+                        ? 1.0f
+                        : softmax_step(row_scores[r], row_visible[r], running_max[first + r],
+                                       running_sum[first + r]);
   }
   tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
 }
@@ -267,9 +269,9 @@ bool attention_span_update_supports(int head_size) {
 
 void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
                            int head_size, float scale, const int* visible,
-                           const float* keys_by_dimension, int64_t key_stride,
-                           const float* values, float* scores, int64_t score_stride,
-                           float* running_max, float* running_sum, float* accumulator) {
+                           const float* keys_by_dimension, int64_t key_stride, const float* values,
+                           float* scores, int64_t score_stride, float* running_max,
+                           float* running_sum, float* accumulator) {
   const int rows = num_tokens * group;
   int first = 0;
   for (; first + kRowTile <= rows; first += kRowTile) {
@@ -278,9 +280,9 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                         running_sum, accumulator);
   }
   // The last rows, as one narrower tile.
-#define TACHYON_SPAN_ROWS(n)                                                                     \
-  case n:                                                                                        \
-    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first,          \
+#define TACHYON_SPAN_ROWS(n)                                                                      \
+  case n:                                                                                         \
+    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first,           \
                         keys_by_dimension, key_stride, values, scores, score_stride, running_max, \
                         running_sum, accumulator)
   switch (rows - first) {
