@@ -1,6 +1,7 @@
 // The inner step of attention: queries against a block of a KV head's keys and values, with an
-// online softmax. Compiled for AVX-512, AVX2 and plain x86-64 (the best chosen at load time);
-// kernels/reference/attention.h is the oracle.
+// online softmax. An AVX-512 kernel with register tiles (cpu/avx512/attention_avx512.cpp) and a
+// portable one compiled for AVX-512, AVX2 and plain x86-64, the best chosen at load time; all
+// give the same bits (attention_kernels.h). kernels/reference/attention.h is the oracle.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,121 @@
+// The two attention layers agree bit for bit: paged_attention over a batch of sequences whose
+// blocks lie anywhere in a paged cache gives each token exactly what causal_attention gives it
+// over the same sequence in a contiguous cache, for prompt chunks (whose blocks are widened once
+// per call) and single decode tokens alike, mixed in one batch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/thread_pool.h"
+#include "kv_cache/kv_cache.h"
+#include "kv_cache/paged_kv_cache.h"
+#include "models/forward_batch.h"
+#include "models/layers.h"
+
+namespace tachyon {
+namespace {
+
+struct SequenceCase {
+  int context;         // positions in the cache once this step's tokens are stored
+  int start_position;  // of this step's first token
+};
+
+void check_batch(const AttentionShape& shape, DType cache_type,
+                 const std::vector<SequenceCase>& cases, int threads) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const int kv_size = shape.num_kv_heads * shape.head_size;
+  const int q_size = shape.num_heads * shape.head_size;
+  constexpr int kBlockSize = 16;
+  constexpr int kLayers = 2;
+  constexpr int kLayer = 1;
+  int total_blocks = 0;
+  for (const SequenceCase& c : cases) total_blocks += (c.context + kBlockSize - 1) / kBlockSize;
+  auto paged = PagedKvCache::create(kLayers, shape.num_kv_heads, shape.head_size, total_blocks,
+                                    kBlockSize, cache_type);
+  ASSERT_TRUE(paged.ok());
+  // Blocks handed out in a shuffled order, so no sequence's blocks are contiguous.
+  std::vector<int> free_blocks(total_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+
+  ForwardBatch batch;
+  batch.block_size = kBlockSize;
+  std::vector<std::vector<float>> keys(cases.size()), values(cases.size());
+  std::vector<float> queries;
+  for (size_t s = 0; s < cases.size(); ++s) {
+    const SequenceCase& c = cases[s];
+    BatchSequence sequence;
+    sequence.first_token = batch.num_tokens();
+    sequence.num_tokens = c.context - c.start_position;
+    sequence.start_position = c.start_position;
+    for (int b = 0; b < (c.context + kBlockSize - 1) / kBlockSize; ++b) {
+      sequence.block_table.push_back(free_blocks.back());
+      free_blocks.pop_back();
+    }
+    keys[s].resize(static_cast<size_t>(c.context) * kv_size);
+    values[s].resize(keys[s].size());
+    for (float& x : keys[s]) x = normal(rng);
+    for (float& x : values[s]) x = normal(rng);
+    std::vector<int64_t> slots;
+    for (int p = 0; p < c.context; ++p) {
+      slots.push_back(static_cast<int64_t>(sequence.block_table[p / kBlockSize]) * kBlockSize +
+                      p % kBlockSize);
+    }
+    (*paged)->store(kLayer, slots, keys[s].data(), values[s].data());
+    for (int p = c.start_position; p < c.context; ++p) {
+      batch.tokens.push_back(0);
+      batch.positions.push_back(p);
+      batch.slots.push_back(slots[p]);
+      for (int i = 0; i < q_size; ++i) queries.push_back(normal(rng) * 2.0f);
+    }
+    batch.sequences.push_back(std::move(sequence));
+  }
+
+  ThreadPool pool(threads);
+  std::vector<float> paged_out(queries.size());
+  paged_attention(shape, queries.data(), batch, **paged, kLayer, paged_out.data(), pool);
+
+  for (size_t s = 0; s < cases.size(); ++s) {
+    const SequenceCase& c = cases[s];
+    const BatchSequence& sequence = batch.sequences[s];
+    KvCache contiguous(kLayers, kv_size, c.context, cache_type);
+    contiguous.store(kLayer, 0, c.context, keys[s].data(), values[s].data());
+    std::vector<float> out(static_cast<size_t>(sequence.num_tokens) * q_size);
+    causal_attention(shape, queries.data() + static_cast<size_t>(sequence.first_token) * q_size,
+                     sequence.num_tokens, c.start_position, contiguous, kLayer, out.data(), pool);
+    const float* batch_rows = paged_out.data() + static_cast<size_t>(sequence.first_token) * q_size;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i]));
+    }
+    EXPECT_EQ(0, std::memcmp(out.data(), batch_rows, out.size() * sizeof(float)))
+        << "sequence " << s << " (context " << c.context << ", start " << c.start_position
+        << ") threads " << threads;
+  }
+}
+
+TEST(AttentionLayersTest, PagedBatchMatchesCausalAttentionPerSequence) {
+  const AttentionShape shape{9, 3, 64, 0.125f};
+  for (DType type : {DType::kF16, DType::kF32}) {
+    for (int threads : {1, 2, 3}) {
+      // A long prompt chunk after a cached prefix, a decode token, a short prompt from 0, a
+      // chunk that ends mid-block, and another decode token deep in its context.
+      check_batch(shape, type, {{300, 100}, {58, 57}, {20, 0}, {37, 5}, {260, 259}}, threads);
+    }
+  }
+}
+
+TEST(AttentionLayersTest, OddHeadsAndGroups) {
+  // Head sizes that are not whole vectors, one query head per KV head, and a wide group.
+  check_batch(AttentionShape{4, 4, 40, 0.15f}, DType::kF16, {{150, 0}, {33, 32}}, 2);
+  check_batch(AttentionShape{16, 2, 80, 0.11f}, DType::kF32, {{90, 17}, {131, 130}}, 2);
+}
+
+}  // namespace
+}  // namespace tachyon
