@@ -98,6 +98,7 @@ def main() -> int:
                if engine == "tachyon" or engine in peers}
     rates: dict[tuple[str, str, str], list[float]] = {}
     roofline: dict[str, list[float]] = {}
+    roofline_rate: dict[str, list[float]] = {}  # tokens/s the probes around tachyon's tg allow
     for _ in range(args.rounds):
         for model, test_args, tests in plan:
             for engine, command in runners.items():
@@ -109,6 +110,8 @@ def main() -> int:
                     # Each tg repetition against the bandwidth probed right around it.
                     roofline.setdefault(model, []).append(
                         rows["roofline"]["tg_fraction_of_roofline"])
+                    roofline_rate.setdefault(model, []).append(
+                        rows["roofline"]["tokens_per_second"])
                 print(f"  {model} {' '.join(test_args)} {engine}: "
                       f"{ {t: round(rows[t]['tokens_per_second'], 1) for t in tests} }",
                       file=sys.stderr)
@@ -123,8 +126,8 @@ def main() -> int:
           f"ik-llama-cpp-python {versions['ik-llama-cpp-python']} (ik_llama.cpp); "
           f"{args.reps} repetitions per test, median over {args.rounds} round(s)\n")
     print("| model | test | tachyon | llama.cpp | ik_llama.cpp | tachyon / faster peer | "
-          "tachyon / roofline |")
-    print("|---|---|---|---|---|---|---|")
+          "tachyon / roofline | faster peer / roofline |")
+    print("|---|---|---|---|---|---|---|---|")
     for model, _, tests in plan:
         for test in tests:
             values = {engine: statistics.median(rates[(model, test, engine)])
@@ -133,10 +136,14 @@ def main() -> int:
             shown = {name: f"{values[name]:.1f}" if name in values else "-"
                      for name in ("llama.cpp", "ik_llama.cpp")}
             fraction = ""
+            peer_fraction = ""
             if test.startswith("tg") and roofline.get(model):
                 fraction = f"{100 * statistics.median(roofline[model]):.0f}%"
+                # The peer ran minutes apart from tachyon's probes: a rough guide only.
+                peer_fraction = f"~{100 * peer / statistics.median(roofline_rate[model]):.0f}%"
             print(f"| {model} | {test} | {values['tachyon']:.1f} | {shown['llama.cpp']} | "
-                  f"{shown['ik_llama.cpp']} | {values['tachyon'] / peer:.2f}x | {fraction} |")
+                  f"{shown['ik_llama.cpp']} | {values['tachyon'] / peer:.2f}x | {fraction} | "
+                  f"{peer_fraction} |")
     return 0
 
 

@@ -1,0 +1,69 @@
+// The contiguous KV cache: rows stored as f16 or f32 come back as written (f16: rounded once),
+// whole heads or spans of positions with the keys transposed for the attention kernels.
+#include "kv_cache/kv_cache.h"
+
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/half.h"
+
+namespace tachyon {
+namespace {
+
+TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (DType type : {DType::kF16, DType::kF32}) {
+    // A head wider than the 256-dimension chunk load_span widens at a time.
+    for (int head_size : {64, 300}) {
+      const int num_kv_heads = 2;
+      const int kv_size = num_kv_heads * head_size;
+      const int capacity = 50;
+      KvCache cache(3, kv_size, capacity, type);
+      std::vector<float> keys(static_cast<size_t>(capacity) * kv_size);
+      std::vector<float> values(keys.size());
+      for (float& x : keys) x = normal(rng);
+      for (float& x : values) x = normal(rng);
+      cache.store(2, 0, 30, keys.data(), values.data());
+      cache.store(2, 30, capacity - 30, keys.data() + 30 * kv_size, values.data() + 30 * kv_size);
+      for (int kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
+        std::vector<float> head_keys(static_cast<size_t>(capacity) * head_size);
+        std::vector<float> head_values(head_keys.size());
+        cache.load_head(2, kv_head, head_size, capacity, head_keys.data(), head_values.data());
+        for (int p = 0; p < capacity; ++p) {
+          for (int d = 0; d < head_size; ++d) {
+            const size_t i = static_cast<size_t>(p) * kv_size + kv_head * head_size + d;
+            const float key = type == DType::kF16 ? round_to_f16(keys[i]) : keys[i];
+            const float value = type == DType::kF16 ? round_to_f16(values[i]) : values[i];
+            ASSERT_EQ(head_keys[static_cast<size_t>(p) * head_size + d], key);
+            ASSERT_EQ(head_values[static_cast<size_t>(p) * head_size + d], value);
+          }
+        }
+        const int first = 7;
+        const int count = 33;
+        const int64_t stride = 40;
+        std::vector<float> span_keys(static_cast<size_t>(head_size) * stride, -1.0f);
+        std::vector<float> span_values(static_cast<size_t>(count) * head_size);
+        cache.load_span(2, kv_head, head_size, first, count, span_keys.data(), stride,
+                        span_values.data());
+        for (int p = 0; p < count; ++p) {
+          for (int d = 0; d < head_size; ++d) {
+            ASSERT_EQ(span_keys[d * stride + p],
+                      head_keys[static_cast<size_t>(first + p) * head_size + d]);
+            ASSERT_EQ(span_values[static_cast<size_t>(p) * head_size + d],
+                      head_values[static_cast<size_t>(first + p) * head_size + d]);
+          }
+        }
+        // Columns past `count` are left alone.
+        for (int d = 0; d < head_size; ++d) {
+          for (int p = count; p < stride; ++p) ASSERT_EQ(span_keys[d * stride + p], -1.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tachyon
