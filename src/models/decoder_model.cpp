@@ -60,6 +60,18 @@ void DecoderModel::normalize(const float* x, const float* weight, int size, floa
   }
 }
 
+void DecoderModel::for_token_ranges(int num_tokens, ThreadPool& pool,
+                                    FunctionRef<void(int first, int end)> body) {
+  constexpr int kParallelTokens = 32;
+  if (num_tokens < kParallelTokens || pool.num_threads() == 1) return body(0, num_tokens);
+  pool.run([&](int thread_index, int num_threads) {
+    const int first = static_cast<int>(static_cast<int64_t>(num_tokens) * thread_index / num_threads);
+    const int end =
+        static_cast<int>(static_cast<int64_t>(num_tokens) * (thread_index + 1) / num_threads);
+    if (first < end) body(first, end);
+  });
+}
+
 void DecoderModel::multiply(std::span<const kernels::MatmulProduct> products, const float* x,
                             int num_tokens, ThreadPool& pool) const {
   if (numerics_ == Numerics::kLlamaCpp) {
@@ -211,10 +223,12 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
   Workspace& w = workspace_;
   const int hidden = config_.hidden_size;
   const int head_size = config_.head_size;
-  for (int t = 0; t < num_tokens; ++t) {
-    normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm, hidden,
-              w.normed.data() + static_cast<int64_t>(t) * hidden);
-  }
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm,
+                hidden, w.normed.data() + static_cast<int64_t>(t) * hidden);
+    }
+  });
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
   multiply(qkv, w.normed.data(), num_tokens, pool);
@@ -234,46 +248,61 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
     }
   }
   const int pairs = head_size / 2;
-  for (int t = 0; t < num_tokens; ++t) {
-    const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
-    const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
-    rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
-           cos_row, sin_row);
-    rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
-           cos_row, sin_row);
-  }
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
+      const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
+      rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
+             cos_row, sin_row);
+      rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
+             cos_row, sin_row);
+    }
+  });
 
   store_and_attend(layer_index);
 
   const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
   multiply(output, w.attention.data(), num_tokens, pool);
-  add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
+  add_residual(num_tokens, pool);
+}
+
+void DecoderModel::add_residual(int num_tokens, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    add_in_place(w.residual.data() + first * hidden, w.projected.data() + first * hidden,
+                 (end - first) * hidden);
+  });
 }
 
 void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
   const int hidden = config_.hidden_size;
-  for (int t = 0; t < num_tokens; ++t) {
-    normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
-              w.normed.data() + static_cast<int64_t>(t) * hidden);
-  }
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
+                w.normed.data() + static_cast<int64_t>(t) * hidden);
+    }
+  });
   const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
                                              {&layer.up, w.up.data()}};
   multiply(gate_up, w.normed.data(), num_tokens, pool);
-  const int64_t ffn_values = static_cast<int64_t>(num_tokens) * config_.ffn_size;
-  if (numerics_ == Numerics::kLlamaCpp) {
-    // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
-    for (int t = 0; t < num_tokens; ++t) {
-      const int64_t row = static_cast<int64_t>(t) * config_.ffn_size;
-      kernels::llamacpp::swiglu(w.gate.data() + row, w.up.data() + row, config_.ffn_size,
-                                w.gate.data() + row);
+  const int64_t ffn_size = config_.ffn_size;
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    if (numerics_ == Numerics::kLlamaCpp) {
+      // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
+      for (int t = first; t < end; ++t) {
+        kernels::llamacpp::swiglu(w.gate.data() + t * ffn_size, w.up.data() + t * ffn_size,
+                                  ffn_size, w.gate.data() + t * ffn_size);
+      }
+    } else {
+      swiglu(w.gate.data() + first * ffn_size, w.up.data() + first * ffn_size,
+             (end - first) * ffn_size, w.gate.data() + first * ffn_size);
     }
-  } else {
-    swiglu(w.gate.data(), w.up.data(), ffn_values, w.gate.data());
-  }
+  });
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
   multiply(down, w.gate.data(), num_tokens, pool);
-  add_in_place(w.residual.data(), w.projected.data(), static_cast<int64_t>(num_tokens) * hidden);
+  add_residual(num_tokens, pool);
 }
 
 }  // namespace tachyon

@@ -92,6 +92,14 @@ class DecoderModel {
   void multiply(std::span<const kernels::MatmulProduct> products, const float* x,
                 int num_tokens, ThreadPool& pool) const;
   void rotate(float* heads, int num_heads, const float* cos_row, const float* sin_row) const;
+  // body(first, end) over consecutive token ranges covering [0, num_tokens): one per thread
+  // for a prompt, so element-wise work does not leave a core idle; inline for a few tokens,
+  // where a round of the pool costs more than the rows. Rows are independent, so the results
+  // are the same either way.
+  // residual += projected for the batch's rows.
+  void add_residual(int num_tokens, ThreadPool& pool);
+  static void for_token_ranges(int num_tokens, ThreadPool& pool,
+                               FunctionRef<void(int first, int end)> body);
 
   ModelConfig config_;
   DecoderWeights weights_;
