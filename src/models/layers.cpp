@@ -91,18 +91,24 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     widened.resize(static_cast<size_t>(heads_per_pass * head_floats));
   }
   const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
+  // With a single run (decoding) each item is a whole KV head and widens it itself: no extra
+  // round of the pool.
+  const bool widen_in_items = runs == 1;
   for (int first_head = 0; first_head < shape.num_kv_heads; first_head += heads_per_pass) {
     const int pass_heads = std::min(heads_per_pass, shape.num_kv_heads - first_head);
-    pool.run([&](int thread_index, int num_threads) {
-      for (int item = thread_index; item < pass_heads * num_spans; item += num_threads) {
-        const int head = item / num_spans;
-        const int span = item % num_spans;
-        float* keys = widened.data() + head * head_floats + span * 2 * span_floats;
-        cache.load_span(layer, first_head + head, head_size, span * kSpan,
-                        std::min(kSpan, num_positions - span * kSpan), keys, kSpan,
-                        keys + span_floats);
-      }
-    });
+    auto widen = [&](int head, int span) {
+      float* keys = widened.data() + head * head_floats + span * 2 * span_floats;
+      cache.load_span(layer, first_head + head, head_size, span * kSpan,
+                      std::min(kSpan, num_positions - span * kSpan), keys, kSpan,
+                      keys + span_floats);
+    };
+    if (!widen_in_items) {
+      pool.run([&](int thread_index, int num_threads) {
+        for (int item = thread_index; item < pass_heads * num_spans; item += num_threads) {
+          widen(item / num_spans, item % num_spans);
+        }
+      });
+    }
     // Later tokens see more positions and cost more, so items are dealt out round-robin
     // rather than in contiguous ranges, which would leave one thread with all the long ones.
     pool.run([&](int thread_index, int num_threads) {
@@ -114,6 +120,9 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
         const int first_token = static_cast<int>(item / pass_heads) * kTokensPerItem;
         const int item_tokens = std::min(num_tokens - first_token, kTokensPerItem);
         const int item_positions = start_position + first_token + item_tokens;
+        if (widen_in_items) {
+          for (int span = 0; span < num_spans; ++span) widen(head, span);
+        }
         const float* head_data = widened.data() + head * head_floats;
         state.reset();
         const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
