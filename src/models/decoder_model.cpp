@@ -65,9 +65,9 @@ void DecoderModel::for_token_ranges(int num_tokens, ThreadPool& pool,
   constexpr int kParallelTokens = 32;
   if (num_tokens < kParallelTokens || pool.num_threads() == 1) return body(0, num_tokens);
   pool.run([&](int thread_index, int num_threads) {
-    const int first = static_cast<int>(static_cast<int64_t>(num_tokens) * thread_index / num_threads);
-    const int end =
-        static_cast<int>(static_cast<int64_t>(num_tokens) * (thread_index + 1) / num_threads);
+    const int64_t tokens = num_tokens;
+    const int first = static_cast<int>(tokens * thread_index / num_threads);
+    const int end = static_cast<int>(tokens * (thread_index + 1) / num_threads);
     if (first < end) body(first, end);
   });
 }
