@@ -209,10 +209,12 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     int first_token;  // index in the batch
     int num_tokens;
   };
+  // Widened spans are numbered sequence by sequence, then head by head; span i lies at
+  // widened + i * 2 * span_floats.
   struct Widened {
     int sequence;
     int num_spans;
-    int64_t offset;  // of its first head's first span in `widened`
+    int64_t first_span;  // number of its first head's first span
   };
   // Reused between calls. Workers reach them through these references: naming a thread_local
   // inside the job would give each worker its own, empty copy.
@@ -228,7 +230,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   runs.clear();
   widened_sequences.clear();
   widened_index.assign(batch.sequences.size(), -1);
-  int64_t widened_floats = 0;
+  int64_t widened_spans = 0;
   for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
     const BatchSequence& sequence = batch.sequences[s];
     for (int t = 0; t < sequence.num_tokens; t += kTokensPerRun) {
@@ -238,16 +240,17 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     if (sequence.num_tokens > kTokensPerRun) {
       const int num_spans = (sequence.start_position + sequence.num_tokens + span - 1) / span;
       widened_index[s] = static_cast<int>(widened_sequences.size());
-      widened_sequences.push_back({s, num_spans, widened_floats});
-      widened_floats += 2 * span_floats * num_spans * shape.num_kv_heads;
+      widened_sequences.push_back({s, num_spans, widened_spans});
+      widened_spans += static_cast<int64_t>(num_spans) * shape.num_kv_heads;
     }
   }
-  if (widened_floats * static_cast<int64_t>(sizeof(float)) > kWidenedBytes) {
+  if (widened_spans * 2 * span_floats * static_cast<int64_t>(sizeof(float)) > kWidenedBytes) {
     widened_sequences.clear();
     widened_index.assign(batch.sequences.size(), -1);
-    widened_floats = 0;
+    widened_spans = 0;
   }
-  if (widened.size() < static_cast<size_t>(widened_floats)) widened.resize(widened_floats);
+  const size_t widened_floats = static_cast<size_t>(widened_spans * 2 * span_floats);
+  if (widened.size() < widened_floats) widened.resize(widened_floats);
   // Keys (transposed, stride `span`) and values of positions [span_start, span_start + count)
   // of a sequence's KV head.
   auto load_span = [&](const BatchSequence& sequence, int kv_head, int span_start, int count,
@@ -260,24 +263,18 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     }
   };
   if (!widened_sequences.empty()) {
-    thread_local std::vector<int64_t> first_item_storage;  // per widened sequence
-    std::vector<int64_t>& first_item = first_item_storage;
-    first_item.clear();
-    int64_t items = 0;
-    for (const Widened& w : widened_sequences) {
-      first_item.push_back(items);
-      items += static_cast<int64_t>(w.num_spans) * shape.num_kv_heads;
-    }
     pool.run([&](int thread_index, int num_threads) {
-      size_t w = 0;
-      for (int64_t item = thread_index; item < items; item += num_threads) {
-        while (w + 1 < first_item.size() && item >= first_item[w + 1]) ++w;
+      size_t w = 0;  // the sequence that span `item` belongs to
+      for (int64_t item = thread_index; item < widened_spans; item += num_threads) {
+        while (w + 1 < widened_sequences.size() && item >= widened_sequences[w + 1].first_span) {
+          ++w;
+        }
         const Widened& widened_sequence = widened_sequences[w];
         const BatchSequence& sequence = batch.sequences[widened_sequence.sequence];
-        const int64_t index = item - first_item[w];  // kv_head * num_spans + span
+        const int64_t index = item - widened_sequence.first_span;  // kv_head * num_spans + span
         const int kv_head = static_cast<int>(index / widened_sequence.num_spans);
         const int span_start = static_cast<int>(index % widened_sequence.num_spans) * span;
-        float* keys = widened.data() + widened_sequence.offset + index * 2 * span_floats;
+        float* keys = widened.data() + item * 2 * span_floats;
         load_span(sequence, kv_head, span_start,
                   std::min(span, sequence.start_position + sequence.num_tokens - span_start),
                   keys, keys + span_floats);
@@ -297,10 +294,11 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       const int kv_head = static_cast<int>(item % shape.num_kv_heads);
       const BatchSequence& sequence = batch.sequences[run.sequence];
       const int widened_at = widened_index[run.sequence];
-      const float* head_spans =
-          widened_at < 0 ? nullptr
-                         : widened.data() + widened_sequences[widened_at].offset +
-                               kv_head * widened_sequences[widened_at].num_spans * 2 * span_floats;
+      const float* head_spans = nullptr;  // this head's first widened span, if widened
+      if (widened_at >= 0) {
+        const Widened& w = widened_sequences[widened_at];
+        head_spans = widened.data() + (w.first_span + kv_head * w.num_spans) * 2 * span_floats;
+      }
       state.reset();
       const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
       // Positions seen by the run's last token (each token sees itself and everything before).
