@@ -462,6 +462,43 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   }
 }
 
+// F16/BF16 weights repacked at load (16-value pieces of 8-row tiles) give exactly what the
+// file's layout gives: decode tiles (1 and 2 tokens), the prefill panel widened from tiles, and
+// partial last tiles and odd thread splits.
+TEST(MatmulTest, RepackedSixteenBitFloatsMatchFileLayoutBitForBit) {
+  std::mt19937 rng(1616);
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  const int64_t max_tokens = 19;
+  for (DType type : {DType::kF16, DType::kBF16}) {
+    for (int64_t rows : {1, 7, 8, 9, 31, 37}) {
+      for (int64_t cols : {32, 96, 576}) {
+        const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+        const std::vector<float> x = random_activations(max_tokens, cols, rng);
+        WeightMatrix file{type, w.data(), rows, cols};
+        ASSERT_TRUE(RepackedWeights::supports(file));
+        HugePageArena arena;
+        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
+        RepackedWeights::repack_into(file, packed);
+        WeightMatrix repacked = file;
+        repacked.packed = packed;
+        for (KernelLevel level : simd_levels()) {
+          for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
+              std::vector<float> y(expected.size(), NAN);
+              matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
+              matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
+              ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+                  << case_name(type, level, rows, cols, tokens, pool->num_threads());
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Batch invariance for every type and token count 1..65: the first `tokens` tokens of a
 // 65-token batch give bit-identical outputs when computed on their own, and each token alone
 // matches its row in the batch.

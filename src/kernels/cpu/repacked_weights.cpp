@@ -20,6 +20,18 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
   const int64_t blocks = w.cols / 32;
   const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
   const int64_t block_bytes = repacked_block_bytes(w.type);
+  if (w.type == DType::kF16 || w.type == DType::kBF16) {
+    const size_t row_bytes = w.row_bytes();
+    for (int64_t row = 0; row < w.rows; ++row) {
+      uint8_t* tile = out + row / kRepackedTileRows * blocks * block_bytes;
+      const int64_t r = row % kRepackedTileRows;
+      for (int64_t piece = 0; piece < 2 * blocks; ++piece) {
+        std::memcpy(tile + piece * kRepackedPieceBytes + r * 32, w.data + row * row_bytes + piece * 32,
+                    32);
+      }
+    }
+    return;
+  }
   const int64_t qs_bytes = w.type == DType::kQ8_0 ? 32 : 16;
   const int64_t source_block_bytes = (w.type == DType::kQ4_1 ? 4 : 2) + qs_bytes;
   const int64_t qs_offset = source_block_bytes - qs_bytes;  // after d (and m)

@@ -1,7 +1,8 @@
-// Q4_0, Q4_1 and Q8_0 weights repacked at load into 8-row tiles, the layout the SIMD kernels
-// compute in ("lanes are rows", see matmul_simd_q8.inc), so that decoding streams them straight
-// from memory into registers instead of gathering and transposing 8 rows' blocks on every call.
-// Same bytes per weight as the file; results are bit for bit the same.
+// Q4_0, Q4_1, Q8_0, F16 and BF16 weights repacked at load into 8-row tiles, the layout the SIMD
+// kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces of 8 rows for
+// the 16-bit floats), so that decoding streams each thread's rows as one sequential run instead
+// of gathering 8 short rows (and, for the quantized types, transposing their blocks) on every
+// call. Same bytes per weight as the file; results are bit for bit the same.
 //
 // Tile t holds rows 8t..8t+7 (a last partial tile is padded with zero blocks); its blocks follow
 // each other, repacked_block_bytes(type) apart. Block b of a tile:
@@ -10,6 +11,8 @@
 //      Q8_0: 8 x 32 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
 //   d  8 x f16: the rows' scales
 //   m  8 x f16: the rows' offsets (Q4_1 only)
+// F16/BF16 (32 values per block): 2 pieces of 16 columns, each 8 x 32 bytes: row r's values
+//   16h..16h+15 at h * 256 + r * 32.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +29,11 @@ constexpr int64_t repacked_block_bytes(DType type) {
   return type == DType::kQ4_0   ? 128 + 16
          : type == DType::kQ4_1 ? 128 + 32
          : type == DType::kQ8_0 ? 256 + 16
+         : type == DType::kF16 || type == DType::kBF16 ? 8 * 32 * 2
                                 : 0;
 }
+// F16/BF16: bytes of one 16-column piece of a tile (8 rows x 16 values).
+inline constexpr int64_t kRepackedPieceBytes = 8 * 16 * 2;
 // Offset of the 8 scales (f16) in a repacked block; the offsets (Q4_1) follow them.
 constexpr int64_t repacked_scales_offset(DType type) { return type == DType::kQ8_0 ? 256 : 128; }
 
