@@ -7,11 +7,27 @@
 #include "kernels/cpu/convert.h"
 
 namespace tachyon {
+namespace {
 
-KvCache::KvCache(int num_layers, int kv_size, int capacity, DType type)
-    : kv_size_(kv_size), capacity_(capacity), type_(type) {
+// dst[e * dst_stride + p] = src[p * src_stride + e] for e < width, p < count: rows of a store
+// into the keys' columns (elements of 2 or 4 bytes, copied bit for bit).
+template <typename T>
+void scatter_columns(const uint8_t* src, int64_t src_stride, int count, int width, uint8_t* dst,
+                     int64_t dst_stride) {
+  const T* in = reinterpret_cast<const T*>(src);
+  T* out = reinterpret_cast<T*>(dst);
+  for (int e = 0; e < width; ++e) {
+    for (int p = 0; p < count; ++p) out[e * dst_stride + p] = in[p * src_stride + e];
+  }
+}
+
+}  // namespace
+
+KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, DType type)
+    : num_kv_heads_(num_kv_heads), head_size_(head_size), capacity_(capacity), type_(type) {
   TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
-  storage_.resize(static_cast<size_t>(num_layers) * 2 * capacity * kv_size * element_bytes());
+  TACHYON_CHECK(num_layers >= 0 && num_kv_heads > 0 && head_size > 0 && capacity >= 0);
+  storage_.resize(static_cast<size_t>(num_layers) * 2 * capacity * kv_size() * element_bytes());
 }
 
 void KvCache::write_row(size_t byte_offset, const float* row, int64_t n) {
@@ -32,36 +48,59 @@ void KvCache::read_row(size_t byte_offset, float* row, int64_t n) const {
 }
 
 void KvCache::store(int layer, int position, int count, const float* keys, const float* values) {
-  // Rows of one layer are contiguous, so the whole batch is one run.
-  const int64_t n = static_cast<int64_t>(count) * kv_size_;
-  write_row(offset(layer, 0, position, 0), keys, n);
-  write_row(offset(layer, 1, position, 0), values, n);
+  TACHYON_CHECK(position >= 0 && count >= 0 && position + count <= capacity_);
+  const int kv = kv_size();
+  const size_t bytes = element_bytes();
+  // Keys: converted as whole rows (one rounding per element, as for values), then each head's
+  // dimensions scattered into their columns.
+  const size_t staged = static_cast<size_t>(count) * kv * bytes;
+  if (staging_.size() < staged) staging_.resize(staged);
+  if (type_ == DType::kF16) {
+    kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging_.data()),
+                            static_cast<int64_t>(count) * kv);
+  } else {
+    std::memcpy(staging_.data(), keys, staged);
+  }
+  for (int h = 0; h < num_kv_heads_; ++h) {
+    const uint8_t* head_keys = staging_.data() + static_cast<size_t>(h) * head_size_ * bytes;
+    uint8_t* columns = storage_.data() + head_offset(layer, 0, h) + position * bytes;
+    if (type_ == DType::kF16) {
+      scatter_columns<uint16_t>(head_keys, kv, count, head_size_, columns, capacity_);
+    } else {
+      scatter_columns<uint32_t>(head_keys, kv, count, head_size_, columns, capacity_);
+    }
+    for (int p = 0; p < count; ++p) {
+      write_row(head_offset(layer, 1, h) + static_cast<size_t>(position + p) * head_size_ * bytes,
+                values + static_cast<int64_t>(p) * kv + h * head_size_, head_size_);
+    }
+  }
 }
 
 void KvCache::load_head(int layer, int kv_head, int head_size, int count, float* keys,
                         float* values) const {
-  for (int p = 0; p < count; ++p) {
-    read_row(offset(layer, 0, p, kv_head * head_size), keys + static_cast<int64_t>(p) * head_size,
-             head_size);
-    read_row(offset(layer, 1, p, kv_head * head_size), values + static_cast<int64_t>(p) * head_size,
-             head_size);
+  TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(count >= 0 && count <= capacity_);
+  // Widened column by column into `values` (as scratch), then put in rows.
+  for (int d = 0; d < head_size; ++d) {
+    read_row(head_offset(layer, 0, kv_head) + static_cast<size_t>(d) * capacity_ * element_bytes(),
+             values, count);
+    for (int p = 0; p < count; ++p) keys[static_cast<int64_t>(p) * head_size + d] = values[p];
   }
+  read_row(head_offset(layer, 1, kv_head), values, static_cast<int64_t>(count) * head_size);
 }
 
 void KvCache::load_span(int layer, int kv_head, int head_size, int first, int count,
                         float* keys_by_dimension, int64_t key_stride, float* values) const {
+  TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= capacity_);
-  constexpr int kChunk = 256;  // dimensions widened at a time, then scattered into columns
-  float key[kChunk];
-  for (int p = 0; p < count; ++p) {
-    for (int d0 = 0; d0 < head_size; d0 += kChunk) {
-      const int n = std::min(kChunk, head_size - d0);
-      read_row(offset(layer, 0, first + p, kv_head * head_size + d0), key, n);
-      for (int d = 0; d < n; ++d) keys_by_dimension[(d0 + d) * key_stride + p] = key[d];
-    }
-    read_row(offset(layer, 1, first + p, kv_head * head_size),
-             values + static_cast<int64_t>(p) * head_size, head_size);
+  const size_t bytes = element_bytes();
+  const size_t keys_at = head_offset(layer, 0, kv_head) + first * bytes;
+  for (int d = 0; d < head_size; ++d) {
+    read_row(keys_at + static_cast<size_t>(d) * capacity_ * bytes, keys_by_dimension + d * key_stride,
+             count);
   }
+  read_row(head_offset(layer, 1, kv_head) + static_cast<size_t>(first) * head_size * bytes, values,
+           static_cast<int64_t>(count) * head_size);
 }
 
 }  // namespace tachyon

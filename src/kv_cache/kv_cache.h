@@ -14,10 +14,11 @@ namespace tachyon {
 class KvCache {
  public:
   // `type` is DType::kF16 or DType::kF32.
-  KvCache(int num_layers, int kv_size, int capacity, DType type = DType::kF16);
+  KvCache(int num_layers, int num_kv_heads, int head_size, int capacity,
+          DType type = DType::kF16);
 
   int capacity() const { return capacity_; }
-  int kv_size() const { return kv_size_; }
+  int kv_size() const { return num_kv_heads_ * head_size_; }
   DType type() const { return type_; }
   size_t bytes() const { return storage_.size(); }
 
@@ -25,7 +26,7 @@ class KvCache {
   void store(int layer, int position, int count, const float* keys, const float* values);
 
   // One KV head's keys and values for positions [0, count) as f32, rows of head_size.
-  // keys, values: f32 [count, head_size].
+  // keys, values: f32 [count, head_size]. head_size is the cache's (CHECKed).
   void load_head(int layer, int kv_head, int head_size, int count, float* keys,
                  float* values) const;
 
@@ -37,18 +38,25 @@ class KvCache {
 
  private:
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
-  // Byte offset of element `index` of row `position` of the keys (which = 0) or values (1).
-  size_t offset(int layer, int which, int position, int index) const {
-    return (((static_cast<size_t>(layer) * 2 + which) * capacity_ + position) * kv_size_ + index) *
-           element_bytes();
+  // Byte offset of a KV head's keys (which = 0) or values (1) in a layer. Keys are stored
+  // transposed, [head_size, capacity], so that a span of positions widens dimension by
+  // dimension in contiguous runs (the kernels' layout); values as rows, [capacity, head_size].
+  size_t head_offset(int layer, int which, int kv_head) const {
+    return ((static_cast<size_t>(layer) * 2 + which) * num_kv_heads_ + kv_head) * head_size_ *
+           capacity_ * element_bytes();
   }
   void write_row(size_t byte_offset, const float* row, int64_t n);
   void read_row(size_t byte_offset, float* row, int64_t n) const;
 
-  int kv_size_;
+  int num_kv_heads_;
+  int head_size_;
   int capacity_;
   DType type_;
-  std::vector<uint8_t> storage_;  // f16 or f32 [layers, 2 (key, value), capacity, kv_size]
+  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * capacity]
+  std::vector<uint8_t> storage_;
+  // f32 or f16 bits [count, kv_size]: a store's keys in the storage type before they are
+  // scattered into their columns.
+  std::vector<uint8_t> staging_;
 };
 
 }  // namespace tachyon

@@ -41,7 +41,7 @@ class DecoderModel {
 
   // A cache for `capacity` positions, stored as f16 (default) or f32.
   KvCache make_cache(int capacity, DType type = DType::kF16) const {
-    return KvCache(config_.num_layers, config_.kv_size(), capacity, type);
+    return KvCache(config_.num_layers, config_.num_kv_heads, config_.head_size, capacity, type);
   }
 
   // Runs `tokens` at positions start_position.. of the sequence cached in `cache` (whose

@@ -16,12 +16,12 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   for (DType type : {DType::kF16, DType::kF32}) {
-    // A head wider than the 256-dimension chunk load_span widens at a time.
+    // Heads of a usual and of an odd, wide size.
     for (int head_size : {64, 300}) {
       const int num_kv_heads = 2;
       const int kv_size = num_kv_heads * head_size;
       const int capacity = 50;
-      KvCache cache(3, kv_size, capacity, type);
+      KvCache cache(3, num_kv_heads, head_size, capacity, type);
       std::vector<float> keys(static_cast<size_t>(capacity) * kv_size);
       std::vector<float> values(keys.size());
       for (float& x : keys) x = normal(rng);

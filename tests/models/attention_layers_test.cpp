@@ -85,7 +85,7 @@ void check_batch(const AttentionShape& shape, DType cache_type,
   for (size_t s = 0; s < cases.size(); ++s) {
     const SequenceCase& c = cases[s];
     const BatchSequence& sequence = batch.sequences[s];
-    KvCache contiguous(kLayers, kv_size, c.context, cache_type);
+    KvCache contiguous(kLayers, shape.num_kv_heads, shape.head_size, c.context, cache_type);
     contiguous.store(kLayer, 0, c.context, keys[s].data(), values[s].data());
     std::vector<float> out(static_cast<size_t>(sequence.num_tokens) * q_size);
     causal_attention(shape, queries.data() + static_cast<size_t>(sequence.first_token) * q_size,
