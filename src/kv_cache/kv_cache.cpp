@@ -9,25 +9,30 @@
 namespace tachyon {
 namespace {
 
-// dst[e * dst_stride + p] = src[p * src_stride + e] for e < width, p < count: rows of a store
-// into the keys' columns (elements of 2 or 4 bytes, copied bit for bit).
+// dst[d * dst_stride + p] = src[p * src_stride + d] for d < width, p < count: rows of a
+// store into a key block's columns (elements of 2 or 4 bytes, copied bit for bit).
 template <typename T>
 void scatter_columns(const uint8_t* src, int64_t src_stride, int count, int width, uint8_t* dst,
                      int64_t dst_stride) {
   const T* in = reinterpret_cast<const T*>(src);
   T* out = reinterpret_cast<T*>(dst);
-  for (int e = 0; e < width; ++e) {
-    for (int p = 0; p < count; ++p) out[e * dst_stride + p] = in[p * src_stride + e];
+  for (int d = 0; d < width; ++d) {
+    for (int p = 0; p < count; ++p) out[d * dst_stride + p] = in[p * src_stride + d];
   }
 }
 
 }  // namespace
 
 KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, DType type)
-    : num_kv_heads_(num_kv_heads), head_size_(head_size), capacity_(capacity), type_(type) {
+    : num_kv_heads_(num_kv_heads),
+      head_size_(head_size),
+      capacity_(capacity),
+      padded_capacity_((capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock),
+      type_(type) {
   TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
   TACHYON_CHECK(num_layers >= 0 && num_kv_heads > 0 && head_size > 0 && capacity >= 0);
-  storage_.resize(static_cast<size_t>(num_layers) * 2 * capacity * kv_size() * element_bytes());
+  storage_.resize(static_cast<size_t>(num_layers) * 2 * padded_capacity_ * kv_size() *
+                  element_bytes());
 }
 
 void KvCache::write_row(size_t byte_offset, const float* row, int64_t n) {
@@ -52,7 +57,7 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
   const int kv = kv_size();
   const size_t bytes = element_bytes();
   // Keys: converted as whole rows (one rounding per element, as for values), then each head's
-  // dimensions scattered into their columns.
+  // dimensions scattered into their blocks' columns.
   const size_t staged = static_cast<size_t>(count) * kv * bytes;
   if (staging_.size() < staged) staging_.resize(staged);
   if (type_ == DType::kF16) {
@@ -62,12 +67,19 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
     std::memcpy(staging_.data(), keys, staged);
   }
   for (int h = 0; h < num_kv_heads_; ++h) {
-    const uint8_t* head_keys = staging_.data() + static_cast<size_t>(h) * head_size_ * bytes;
-    uint8_t* columns = storage_.data() + head_offset(layer, 0, h) + position * bytes;
-    if (type_ == DType::kF16) {
-      scatter_columns<uint16_t>(head_keys, kv, count, head_size_, columns, capacity_);
-    } else {
-      scatter_columns<uint32_t>(head_keys, kv, count, head_size_, columns, capacity_);
+    // Block by block: positions [p, p + n) share one.
+    for (int p = 0, n = 0; p < count; p += n) {
+      n = std::min(count - p, kKeyBlock - (position + p) % kKeyBlock);
+      const uint8_t* rows =
+          staging_.data() + (static_cast<size_t>(p) * kv + static_cast<size_t>(h) * head_size_) *
+                                bytes;
+      uint8_t* columns = storage_.data() + head_offset(layer, 0, h) + key_index(position + p, 0) *
+                                                                         bytes;
+      if (type_ == DType::kF16) {
+        scatter_columns<uint16_t>(rows, kv, n, head_size_, columns, kKeyBlock);
+      } else {
+        scatter_columns<uint32_t>(rows, kv, n, head_size_, columns, kKeyBlock);
+      }
     }
     for (int p = 0; p < count; ++p) {
       write_row(head_offset(layer, 1, h) + static_cast<size_t>(position + p) * head_size_ * bytes,
@@ -80,11 +92,13 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
                         float* values) const {
   TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(count >= 0 && count <= capacity_);
-  // Widened column by column into `values` (as scratch), then put in rows.
-  for (int d = 0; d < head_size; ++d) {
-    read_row(head_offset(layer, 0, kv_head) + static_cast<size_t>(d) * capacity_ * element_bytes(),
-             values, count);
-    for (int p = 0; p < count; ++p) keys[static_cast<int64_t>(p) * head_size + d] = values[p];
+  // Widened block by block and column by column into `values` (as scratch), then put in rows.
+  for (int first = 0; first < count; first += kKeyBlock) {
+    const int n = std::min(kKeyBlock, count - first);
+    for (int d = 0; d < head_size; ++d) {
+      read_row(head_offset(layer, 0, kv_head) + key_index(first, d) * element_bytes(), values, n);
+      for (int p = 0; p < n; ++p) keys[static_cast<int64_t>(first + p) * head_size + d] = values[p];
+    }
   }
   read_row(head_offset(layer, 1, kv_head), values, static_cast<int64_t>(count) * head_size);
 }
@@ -94,13 +108,26 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
   TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= capacity_);
   const size_t bytes = element_bytes();
-  const size_t keys_at = head_offset(layer, 0, kv_head) + first * bytes;
-  for (int d = 0; d < head_size; ++d) {
-    read_row(keys_at + static_cast<size_t>(d) * capacity_ * bytes, keys_by_dimension + d * key_stride,
-             count);
+  // Block by block: positions [first + p, first + p + n) share one.
+  for (int p = 0, n = 0; p < count; p += n) {
+    n = std::min(count - p, kKeyBlock - (first + p) % kKeyBlock);
+    for (int d = 0; d < head_size; ++d) {
+      read_row(head_offset(layer, 0, kv_head) + key_index(first + p, d) * bytes,
+               keys_by_dimension + d * key_stride + p, n);
+    }
   }
   read_row(head_offset(layer, 1, kv_head) + static_cast<size_t>(first) * head_size * bytes, values,
            static_cast<int64_t>(count) * head_size);
+}
+
+const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kF16 && kv_head >= 0 && kv_head < num_kv_heads_);
+  return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 0, kv_head));
+}
+
+const uint16_t* KvCache::f16_values(int layer, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kF16 && kv_head >= 0 && kv_head < num_kv_heads_);
+  return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 1, kv_head));
 }
 
 }  // namespace tachyon

@@ -13,6 +13,9 @@ namespace tachyon {
 
 class KvCache {
  public:
+  // Keys are stored transposed in blocks of this many positions (see f16_keys).
+  static constexpr int kKeyBlock = 128;
+
   // `type` is DType::kF16 or DType::kF32.
   KvCache(int num_layers, int num_kv_heads, int head_size, int capacity,
           DType type = DType::kF16);
@@ -36,14 +39,25 @@ class KvCache {
   void load_span(int layer, int kv_head, int head_size, int first, int count,
                  float* keys_by_dimension, int64_t key_stride, float* values) const;
 
+  // A KV head's stored keys and values as f16 bits, for kernels that read them in place
+  // (type() must be kF16). Keys: [capacity / kKeyBlock (rounded up), head_size, kKeyBlock],
+  // each block of positions transposed; values: [capacity, head_size].
+  const uint16_t* f16_keys(int layer, int kv_head) const;
+  const uint16_t* f16_values(int layer, int kv_head) const;
+
  private:
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
   // Byte offset of a KV head's keys (which = 0) or values (1) in a layer. Keys are stored
-  // transposed, [head_size, capacity], so that a span of positions widens dimension by
-  // dimension in contiguous runs (the kernels' layout); values as rows, [capacity, head_size].
+  // transposed in blocks of kKeyBlock positions, [blocks, head_size, kKeyBlock], so that a
+  // block reads as the kernels take it (dimension by dimension, positions contiguous, one run
+  // of memory); values as rows, [capacity, head_size]. Both take padded_capacity_ positions.
   size_t head_offset(int layer, int which, int kv_head) const {
     return ((static_cast<size_t>(layer) * 2 + which) * num_kv_heads_ + kv_head) * head_size_ *
-           capacity_ * element_bytes();
+           padded_capacity_ * element_bytes();
+  }
+  // Element index of position p's dimension d in a head's keys.
+  size_t key_index(int p, int d) const {
+    return (static_cast<size_t>(p / kKeyBlock) * head_size_ + d) * kKeyBlock + p % kKeyBlock;
   }
   void write_row(size_t byte_offset, const float* row, int64_t n);
   void read_row(size_t byte_offset, float* row, int64_t n) const;
@@ -51,8 +65,9 @@ class KvCache {
   int num_kv_heads_;
   int head_size_;
   int capacity_;
+  int padded_capacity_;  // capacity rounded up to whole key blocks
   DType type_;
-  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * capacity]
+  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * padded_capacity_]
   std::vector<uint8_t> storage_;
   // f32 or f16 bits [count, kv_size]: a store's keys in the storage type before they are
   // scattered into their columns.

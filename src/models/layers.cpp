@@ -23,7 +23,7 @@ struct SpanRunState {
   int head_size = 0;
   int span = 0;
 
-  // Sizes the buffers; call once per pass over the pool.
+  // Sizes the buffers for an item (they keep their largest size, so no allocation later).
   void size(int max_tokens, int group_size, int head, int span_positions) {
     group = group_size;
     head_size = head;
@@ -46,6 +46,15 @@ struct SpanRunState {
     kernels::attention_span_update(queries, q_stride, num_tokens, group, head_size, scale,
                                    visible, keys_by_dimension, span, values, scores.data(), span,
                                    running_max.data(), running_sum.data(), accumulator.data());
+  }
+  // The same with keys and values as f16 bits (kernels::attention_reads_f16 must hold).
+  void update(const float* queries, int64_t q_stride, int num_tokens, float scale,
+              const int* visible, const uint16_t* keys_by_dimension, int64_t key_stride,
+              const uint16_t* values) {
+    kernels::attention_span_update_f16(queries, q_stride, num_tokens, group, head_size, scale,
+                                       visible, keys_by_dimension, key_stride, values,
+                                       scores.data(), span, running_max.data(),
+                                       running_sum.data(), accumulator.data());
   }
   // Writes token i's normalised output to out + i * q_stride.
   void finish(int num_tokens, float* out, int64_t q_stride) const {
@@ -72,6 +81,7 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   // Positions are folded into an online softmax a span at a time, spans aligned to absolute
   // positions as in paged_attention, so a token's arithmetic depends only on its context.
   constexpr int kSpan = 128;
+  static_assert(kSpan == KvCache::kKeyBlock, "spans read an f16 cache's key blocks in place");
   const int num_positions = start_position + num_tokens;
   const int num_spans = (num_positions + kSpan - 1) / kSpan;
   // Each KV head's keys and values are widened to f32 once per call, keys transposed span by
@@ -84,13 +94,61 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   constexpr int64_t kWidenedBytes = int64_t{64} << 20;
   const int heads_per_pass = static_cast<int>(std::clamp<int64_t>(
       kWidenedBytes / (head_floats * static_cast<int64_t>(sizeof(float))), 1, shape.num_kv_heads));
+  const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
+  // Folds a KV head's spans into query heads [first_row, first_row + rows) of its group, for
+  // tokens [first_token, first_token + item_tokens), and writes their outputs. head_data: the
+  // head's widened spans, or null to read an f16 cache in place.
+  auto attend = [&](SpanRunState& state, int kv_head, int first_row, int rows, int first_token,
+                    int item_tokens, const float* head_data) {
+    state.size(kTokensPerItem, rows, head_size, kSpan);
+    state.reset();
+    const int item_positions = start_position + first_token + item_tokens;
+    const int64_t offset =
+        first_token * q_stride + static_cast<int64_t>(kv_head * group + first_row) * head_size;
+    for (int span_start = 0; span_start < item_positions; span_start += kSpan) {
+      const int span_count = std::min(kSpan, item_positions - span_start);
+      int visible[kTokensPerItem];
+      for (int i = 0; i < item_tokens; ++i) {
+        visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
+      }
+      if (head_data == nullptr) {
+        state.update(queries + offset, q_stride, item_tokens, shape.scale, visible,
+                     cache.f16_keys(layer, kv_head) +
+                         static_cast<int64_t>(span_start) * head_size,
+                     KvCache::kKeyBlock,
+                     cache.f16_values(layer, kv_head) +
+                         static_cast<int64_t>(span_start) * head_size);
+      } else {
+        const float* keys = head_data + (span_start / kSpan) * 2 * span_floats;
+        state.update(queries + offset, q_stride, item_tokens, shape.scale, visible, keys,
+                     keys + span_floats);
+      }
+    }
+    state.finish(item_tokens, out + offset, q_stride);
+  };
+  if (runs == 1 && cache.type() == DType::kF16 && kernels::attention_reads_f16(head_size)) {
+    // Decoding from an f16 cache: nothing to widen, and the threads split the query heads
+    // evenly, a KV head's between two threads if need be (a row's result does not depend on
+    // which rows share a kernel call). Whole KV heads would leave one of 2 threads idle a
+    // third of the time with 3 KV heads, most of a long context's decoding time.
+    pool.run([&](int thread_index, int num_threads) {
+      thread_local SpanRunState state;
+      const int end = shape.num_heads * (thread_index + 1) / num_threads;
+      for (int head = shape.num_heads * thread_index / num_threads; head < end;) {
+        const int kv_head = head / group;
+        const int rows = std::min(end, (kv_head + 1) * group) - head;
+        attend(state, kv_head, head % group, rows, 0, num_tokens, nullptr);
+        head += rows;
+      }
+    });
+    return;
+  }
   // Grows to the longest context seen, then is reused.
   thread_local std::vector<float> widened_storage;
   std::vector<float>& widened = widened_storage;  // workers reach it through this reference
   if (widened.size() < static_cast<size_t>(heads_per_pass * head_floats)) {
     widened.resize(static_cast<size_t>(heads_per_pass * head_floats));
   }
-  const int64_t runs = (num_tokens + kTokensPerItem - 1) / kTokensPerItem;
   // With a single run (decoding) each item is a whole KV head and widens it itself: no extra
   // round of the pool.
   const bool widen_in_items = runs == 1;
@@ -113,31 +171,15 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     // rather than in contiguous ranges, which would leave one thread with all the long ones.
     pool.run([&](int thread_index, int num_threads) {
       thread_local SpanRunState state;
-      state.size(kTokensPerItem, group, head_size, kSpan);
       for (int64_t item = thread_index; item < runs * pass_heads; item += num_threads) {
         const int head = static_cast<int>(item % pass_heads);
-        const int kv_head = first_head + head;
         const int first_token = static_cast<int>(item / pass_heads) * kTokensPerItem;
-        const int item_tokens = std::min(num_tokens - first_token, kTokensPerItem);
-        const int item_positions = start_position + first_token + item_tokens;
         if (widen_in_items) {
           for (int span = 0; span < num_spans; ++span) widen(head, span);
         }
-        const float* head_data = widened.data() + head * head_floats;
-        state.reset();
-        const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
-        for (int span_start = 0; span_start < item_positions; span_start += kSpan) {
-          const int span_count = std::min(kSpan, item_positions - span_start);
-          const float* keys = head_data + (span_start / kSpan) * 2 * span_floats;
-          int visible[kTokensPerItem];
-          for (int i = 0; i < item_tokens; ++i) {
-            visible[i] =
-                std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
-          }
-          state.update(queries + first_token * q_stride + head_offset, q_stride, item_tokens,
-                       shape.scale, visible, keys, keys + span_floats);
-        }
-        state.finish(item_tokens, out + first_token * q_stride + head_offset, q_stride);
+        attend(state, first_head + head, 0, group, first_token,
+               std::min(num_tokens - first_token, kTokensPerItem),
+               widened.data() + head * head_floats);
       }
     });
   }

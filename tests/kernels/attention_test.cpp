@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/reference/attention.h"
 
@@ -140,6 +141,8 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
 // The AVX-512 kernel and the portable one give every row the same bits: odd head sizes (masked
 // vectors), spans that are not whole vectors, partial and empty visibility, row counts that
 // leave every remainder of the 6-row tile, and a state carried in from an earlier span.
+// ... and so does the AVX-512 kernel reading keys and values as f16 bits (an f16 cache in
+// place), given the same values widened to f32 by the others.
 TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
   if (!kernels::kernel_level_available(kernels::KernelLevel::kAvx512)) {
     GTEST_SKIP() << "no AVX-512 on this CPU";
@@ -163,8 +166,14 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
     std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * key_stride);
     std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
     for (float& x : queries) x = normal(rng) * 2.0f;
-    for (float& x : keys_by_dimension) x = normal(rng);
-    for (float& x : values) x = normal(rng);
+    // Values an f16 cache can hold, and their f16 bits for the in-place kernel.
+    for (float& x : keys_by_dimension) x = round_to_f16(normal(rng));
+    for (float& x : values) x = round_to_f16(normal(rng));
+    std::vector<uint16_t> keys_f16(keys_by_dimension.size());
+    std::vector<uint16_t> values_f16(values.size());
+    for (size_t i = 0; i < keys_f16.size(); ++i) keys_f16[i] = f32_to_f16(keys_by_dimension[i]);
+    for (size_t i = 0; i < values_f16.size(); ++i) values_f16[i] = f32_to_f16(values[i]);
+    ASSERT_TRUE(kernels::attention_reads_f16(c.head_size));
     for (int pattern = 0; pattern < 3; ++pattern) {
       std::vector<int> visible(c.num_tokens);
       for (int i = 0; i < c.num_tokens; ++i) {
@@ -183,18 +192,26 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
         acc0[i] = (i / c.head_size) % 4 == 0 ? 0.0f : normal(rng);
       }
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
-      std::vector<float> results[2][3];
+      // The portable kernel, the AVX-512 one on f32, the AVX-512 one on f16 bits.
+      std::vector<float> results[3][3];
       const kernels::KernelLevel levels[2] = {kernels::KernelLevel::kReference,
                                                kernels::KernelLevel::kAvx512};
-      for (int l = 0; l < 2; ++l) {
+      for (int l = 0; l < 3; ++l) {
         std::vector<float> max1 = max0, sum1 = sum0, acc1 = acc0;
         // Scores: exactly the visible part of each row is the kernel's to use; the rows are
         // packed with a stride of `span`, and nothing beyond the last row may be written.
         std::vector<float> scores(static_cast<size_t>(rows) * c.span);
-        kernels::attention_span_update_at_level(
-            levels[l], queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
-            visible.data(), keys_by_dimension.data(), key_stride, values.data(), scores.data(),
-            c.span, max1.data(), sum1.data(), acc1.data());
+        if (l < 2) {
+          kernels::attention_span_update_at_level(
+              levels[l], queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+              visible.data(), keys_by_dimension.data(), key_stride, values.data(), scores.data(),
+              c.span, max1.data(), sum1.data(), acc1.data());
+        } else {
+          kernels::attention_span_update_f16(
+              queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+              visible.data(), keys_f16.data(), key_stride, values_f16.data(), scores.data(),
+              c.span, max1.data(), sum1.data(), acc1.data());
+        }
         results[l][0] = max1;
         results[l][1] = sum1;
         results[l][2] = acc1;
@@ -203,11 +220,13 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
                                 std::to_string(c.group) + " head " + std::to_string(c.head_size) +
                                 " span " + std::to_string(c.span) + " pattern " +
                                 std::to_string(pattern);
-      for (int part = 0; part < 3; ++part) {
-        ASSERT_EQ(results[0][part].size(), results[1][part].size());
-        EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[1][part].data(),
-                                 results[0][part].size() * sizeof(float)))
-            << where << " part " << part;
+      for (int l = 1; l < 3; ++l) {
+        for (int part = 0; part < 3; ++part) {
+          ASSERT_EQ(results[0][part].size(), results[l][part].size());
+          EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[l][part].data(),
+                                   results[0][part].size() * sizeof(float)))
+              << where << " part " << part << (l == 2 ? " (f16 in place)" : "");
+        }
       }
       ++checked;
     }

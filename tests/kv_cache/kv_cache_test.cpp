@@ -20,14 +20,19 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
     for (int head_size : {64, 300}) {
       const int num_kv_heads = 2;
       const int kv_size = num_kv_heads * head_size;
-      const int capacity = 50;
+      // Past one key block (KvCache::kKeyBlock positions), not a whole number of them.
+      const int capacity = 300;
       KvCache cache(3, num_kv_heads, head_size, capacity, type);
       std::vector<float> keys(static_cast<size_t>(capacity) * kv_size);
       std::vector<float> values(keys.size());
       for (float& x : keys) x = normal(rng);
       for (float& x : values) x = normal(rng);
+      // Stores that start and end inside blocks and cross from one to the next.
       cache.store(2, 0, 30, keys.data(), values.data());
-      cache.store(2, 30, capacity - 30, keys.data() + 30 * kv_size, values.data() + 30 * kv_size);
+      cache.store(2, 30, 170, keys.data() + 30 * kv_size, values.data() + 30 * kv_size);
+      cache.store(2, 200, 1, keys.data() + 200 * kv_size, values.data() + 200 * kv_size);
+      cache.store(2, 201, capacity - 201, keys.data() + 201 * kv_size,
+                  values.data() + 201 * kv_size);
       for (int kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
         std::vector<float> head_keys(static_cast<size_t>(capacity) * head_size);
         std::vector<float> head_values(head_keys.size());
@@ -41,9 +46,26 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
             ASSERT_EQ(head_values[static_cast<size_t>(p) * head_size + d], value);
           }
         }
-        const int first = 7;
-        const int count = 33;
-        const int64_t stride = 40;
+        // The layout kernels read in place (f16 only): key blocks transposed, value rows.
+        if (type == DType::kF16) {
+          const uint16_t* stored_keys = cache.f16_keys(2, kv_head);
+          const uint16_t* stored_values = cache.f16_values(2, kv_head);
+          const int block = KvCache::kKeyBlock;
+          for (int p = 0; p < capacity; ++p) {
+            for (int d = 0; d < head_size; ++d) {
+              const size_t i = static_cast<size_t>(p) * kv_size + kv_head * head_size + d;
+              const size_t key_at = (static_cast<size_t>(p / block) * head_size + d) * block +
+                                    p % block;
+              ASSERT_EQ(stored_keys[key_at], f32_to_f16(keys[i]));
+              ASSERT_EQ(stored_values[static_cast<size_t>(p) * head_size + d],
+                        f32_to_f16(values[i]));
+            }
+          }
+        }
+        // A span across a block boundary.
+        const int first = 100;
+        const int count = 150;
+        const int64_t stride = 160;
         std::vector<float> span_keys(static_cast<size_t>(head_size) * stride, -1.0f);
         std::vector<float> span_values(static_cast<size_t>(count) * head_size);
         cache.load_span(2, kv_head, head_size, first, count, span_keys.data(), stride,

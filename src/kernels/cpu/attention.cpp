@@ -254,6 +254,22 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                                  score_stride, running_max, running_sum, accumulator);
 }
 
+bool attention_reads_f16(int head_size) {
+  static const bool avx512 = active_kernel_level() == KernelLevel::kAvx512;
+  return avx512 && avx512::attention_span_update_supports(head_size);
+}
+
+void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
+                               int group, int head_size, float scale, const int* visible,
+                               const uint16_t* keys_by_dimension, int64_t key_stride,
+                               const uint16_t* values, float* scores, int64_t score_stride,
+                               float* running_max, float* running_sum, float* accumulator) {
+  TACHYON_CHECK(attention_reads_f16(head_size));
+  avx512::attention_span_update_f16(queries, token_stride, num_tokens, group, head_size, scale,
+                                    visible, keys_by_dimension, key_stride, values, scores,
+                                    score_stride, running_max, running_sum, accumulator);
+}
+
 void attention_block_update(const float* queries, int group, int head_size, float scale,
                             int num_positions, const float* keys_by_dimension, int64_t key_stride,
                             const float* values, float* scores, float* running_max,

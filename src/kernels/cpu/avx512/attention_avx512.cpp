@@ -3,6 +3,8 @@
 // the same exp, lane sums and rescaling), so each row's result is the same bits either way, but
 // with register tiles sized for 32 vector registers: 6 query rows x 64 positions of scores, or
 // 6 rows x 64 output dimensions, per pass. Each key or value vector loaded serves 6 rows.
+// Keys and values come as f32 or, straight from an f16 cache, as f16 bits widened as they are
+// loaded (exactly, so the same bits as widening them first).
 
 // GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
 // uninitialized (GCC bug 105593); that is their purpose.
@@ -30,6 +32,14 @@ constexpr int kVectorTile = 4;  // vectors (of positions or of dimensions) per r
 constexpr int kMaxHeadSize = 1024;
 
 #define TACHYON_INLINE inline __attribute__((always_inline))
+
+// 16 keys or values (lanes outside `mask` read as 0), stored as f32 or as f16 bits.
+TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const float* p) {
+  return _mm512_maskz_loadu_ps(mask, p);
+}
+TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+}
 
 // Lanes [0, count) of a vector (count may be <= 0 or > 16).
 TACHYON_INLINE __mmask16 first_lanes(int count) {
@@ -74,8 +84,8 @@ TACHYON_INLINE float sum_lanes(__m512 v) {
 
 // scores[r][p] = sum_d q[r][d] * k[d][p] (q already scaled) for the kVectors vectors of
 // positions from p0, written only below `positions`.
-template <int kRows, int kVectors>
-TACHYON_INLINE void score_tile(const float* q, int head_size, const float* keys_by_dimension,
+template <int kRows, int kVectors, typename Kv>
+TACHYON_INLINE void score_tile(const float* q, int head_size, const Kv* keys_by_dimension,
                                int64_t key_stride, int p0, int positions, float* const* scores) {
   __mmask16 mask[kVectors];
   for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(positions - p0 - j * kLanes);
@@ -83,10 +93,10 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const float* keys_
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_setzero_ps();
   }
-  const float* k = keys_by_dimension + p0;
+  const Kv* k = keys_by_dimension + p0;
   for (int d = 0; d < head_size; ++d, k += key_stride) {
     __m512 key[kVectors];
-    for (int j = 0; j < kVectors; ++j) key[j] = _mm512_maskz_loadu_ps(mask[j], k + j * kLanes);
+    for (int j = 0; j < kVectors; ++j) key[j] = load_lanes(mask[j], k + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
       const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
       for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
@@ -99,26 +109,26 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const float* keys_
   }
 }
 
-template <int kRows>
-TACHYON_INLINE void tile_scores(const float* q, int head_size, const float* keys_by_dimension,
+template <int kRows, typename Kv>
+TACHYON_INLINE void tile_scores(const float* q, int head_size, const Kv* keys_by_dimension,
                                 int64_t key_stride, int positions, float* const* scores) {
   // Whole tiles while more than kVectorTile - 1 vectors remain (the last one masked), then
   // one narrower tile.
   constexpr int kWide = kVectorTile * kLanes;
   int p0 = 0;
   for (; positions - p0 > kWide - kLanes; p0 += kWide) {
-    score_tile<kRows, kVectorTile>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+    score_tile<kRows, kVectorTile, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
                                    scores);
   }
   switch ((positions - p0 + kLanes - 1) / kLanes) {
     case 1:
-      return score_tile<kRows, 1>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+      return score_tile<kRows, 1, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
                                   scores);
     case 2:
-      return score_tile<kRows, 2>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+      return score_tile<kRows, 2, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
                                   scores);
     case 3:
-      return score_tile<kRows, 3>(q, head_size, keys_by_dimension, key_stride, p0, positions,
+      return score_tile<kRows, 3, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
                                   scores);
     default:
       return;
@@ -157,9 +167,9 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max, f
 
 // acc[r][d] = acc[r][d] * correction[r] + sum_p weights[r][p] * v[p][d] over p < visible[r],
 // positions added in order, for the kVectors vectors of dimensions from d0.
-template <int kRows, int kVectors>
+template <int kRows, int kVectors, typename Kv>
 TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common, int most,
-                                    const float* correction, int head_size, const float* values,
+                                    const float* correction, int head_size, const Kv* values,
                                     int d0, float* const* acc) {
   __mmask16 mask[kVectors];
   for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(head_size - d0 - j * kLanes);
@@ -170,11 +180,11 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
       slice[r][j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[j], acc[r] + d0 + j * kLanes), factor);
     }
   }
-  const float* v = values + d0;
+  const Kv* v = values + d0;
   int p = 0;
   for (; p < common; ++p, v += head_size) {  // every row of the tile sees p
     __m512 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = _mm512_maskz_loadu_ps(mask[j], v + j * kLanes);
+    for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
       for (int j = 0; j < kVectors; ++j)
@@ -183,7 +193,7 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
   }
   for (; p < most; ++p, v += head_size) {  // only the rows that see this far
     __m512 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = _mm512_maskz_loadu_ps(mask[j], v + j * kLanes);
+    for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
       if (p >= visible[r]) continue;
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
@@ -198,9 +208,9 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
   }
 }
 
-template <int kRows>
+template <int kRows, typename Kv>
 TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
-                                    const float* correction, int head_size, const float* values,
+                                    const float* correction, int head_size, const Kv* values,
                                     float* const* acc) {
   int common = visible[0];
   int most = visible[0];
@@ -211,18 +221,18 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
   constexpr int kWide = kVectorTile * kLanes;
   int d0 = 0;
   for (; head_size - d0 > kWide - kLanes; d0 += kWide) {
-    accumulate_tile<kRows, kVectorTile>(weights, visible, common, most, correction, head_size,
+    accumulate_tile<kRows, kVectorTile, Kv>(weights, visible, common, most, correction, head_size,
                                         values, d0, acc);
   }
   switch ((head_size - d0 + kLanes - 1) / kLanes) {
     case 1:
-      return accumulate_tile<kRows, 1>(weights, visible, common, most, correction, head_size,
+      return accumulate_tile<kRows, 1, Kv>(weights, visible, common, most, correction, head_size,
                                        values, d0, acc);
     case 2:
-      return accumulate_tile<kRows, 2>(weights, visible, common, most, correction, head_size,
+      return accumulate_tile<kRows, 2, Kv>(weights, visible, common, most, correction, head_size,
                                        values, d0, acc);
     case 3:
-      return accumulate_tile<kRows, 3>(weights, visible, common, most, correction, head_size,
+      return accumulate_tile<kRows, 3, Kv>(weights, visible, common, most, correction, head_size,
                                        values, d0, acc);
     default:
       return;
@@ -230,10 +240,10 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
 }
 
 // Rows [first, first + kRows) of a span update (row = token * group + head).
-template <int kRows>
+template <int kRows, typename Kv>
 void span_rows(const float* queries, int64_t token_stride, int group, int head_size, float scale,
-               const int* visible, int first, const float* keys_by_dimension, int64_t key_stride,
-               const float* values, float* scores, int64_t score_stride, float* running_max,
+               const int* visible, int first, const Kv* keys_by_dimension, int64_t key_stride,
+               const Kv* values, float* scores, int64_t score_stride, float* running_max,
                float* running_sum, float* accumulator) {
   alignas(64) float scaled[kRows * kMaxHeadSize];  // the rows' queries times scale
   float* row_scores[kRows];
@@ -267,11 +277,13 @@ bool attention_span_update_supports(int head_size) {
   return head_size > 0 && head_size <= kMaxHeadSize;
 }
 
-void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
-                           int head_size, float scale, const int* visible,
-                           const float* keys_by_dimension, int64_t key_stride, const float* values,
-                           float* scores, int64_t score_stride, float* running_max,
-                           float* running_sum, float* accumulator) {
+namespace {
+
+template <typename Kv>
+void span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                 int head_size, float scale, const int* visible, const Kv* keys_by_dimension,
+                 int64_t key_stride, const Kv* values, float* scores, int64_t score_stride,
+                 float* running_max, float* running_sum, float* accumulator) {
   const int rows = num_tokens * group;
   int first = 0;
   for (; first + kRowTile <= rows; first += kRowTile) {
@@ -295,6 +307,28 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
       return;
   }
 #undef TACHYON_SPAN_ROWS
+}
+
+}  // namespace
+
+void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                           int head_size, float scale, const int* visible,
+                           const float* keys_by_dimension, int64_t key_stride, const float* values,
+                           float* scores, int64_t score_stride, float* running_max,
+                           float* running_sum, float* accumulator) {
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
+              keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+              running_sum, accumulator);
+}
+
+void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
+                               int group, int head_size, float scale, const int* visible,
+                               const uint16_t* keys_by_dimension, int64_t key_stride,
+                               const uint16_t* values, float* scores, int64_t score_stride,
+                               float* running_max, float* running_sum, float* accumulator) {
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
+              keys_by_dimension, key_stride, values, scores, score_stride, running_max,
+              running_sum, accumulator);
 }
 
 }  // namespace tachyon::kernels::avx512
