@@ -45,6 +45,12 @@ class PagedKvCache {
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
                   int64_t key_stride, float* values) const;
 
+  // One KV head's keys ([head_size, block_size], transposed) and values ([block_size,
+  // head_size]) in `block`, as f16 bits, for kernels that read them in place. type() must be
+  // kF16.
+  const uint16_t* f16_keys(int layer, int block, int kv_head) const;
+  const uint16_t* f16_values(int layer, int block, int kv_head) const;
+
  private:
   PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks, int block_size,
                DType type, std::unique_ptr<uint8_t[]> storage);

@@ -47,12 +47,13 @@ struct SpanRunState {
                                    visible, keys_by_dimension, span, values, scores.data(), span,
                                    running_max.data(), running_sum.data(), accumulator.data());
   }
-  // The same with keys and values as f16 bits (kernels::attention_reads_f16 must hold).
+  // The same with keys and values as f16 bits in groups of positions, read in place
+  // (kernels::attention_reads_f16 must hold; see kernels::attention_span_update_f16).
   void update(const float* queries, int64_t q_stride, int num_tokens, float scale,
-              const int* visible, const uint16_t* keys_by_dimension, int64_t key_stride,
-              const uint16_t* values) {
+              const int* visible, const uint16_t* const* key_groups, int64_t key_stride,
+              const uint16_t* const* value_groups) {
     kernels::attention_span_update_f16(queries, q_stride, num_tokens, group, head_size, scale,
-                                       visible, keys_by_dimension, key_stride, values,
+                                       visible, key_groups, key_stride, value_groups,
                                        scores.data(), span, running_max.data(),
                                        running_sum.data(), accumulator.data());
   }
@@ -65,6 +66,25 @@ struct SpanRunState {
     }
   }
 };
+
+// A single run's query heads split evenly between the pool's threads, a KV head's between two
+// if need be (a row's result does not depend on which rows share a kernel call): whole KV
+// heads would leave one of 2 threads idle a third of the time with 3 KV heads, most of a long
+// context's decoding time. attend(state, kv_head, first_row, rows) does a KV head's rows
+// [first_row, first_row + rows) of its group.
+template <typename Attend>
+void split_query_heads(ThreadPool& pool, int num_heads, int group, const Attend& attend) {
+  pool.run([&](int thread_index, int num_threads) {
+    thread_local SpanRunState state;
+    const int end = num_heads * (thread_index + 1) / num_threads;
+    for (int head = num_heads * thread_index / num_threads; head < end;) {
+      const int kv_head = head / group;
+      const int rows = std::min(end, (kv_head + 1) * group) - head;
+      attend(state, kv_head, head % group, rows);
+      head += rows;
+    }
+  });
+}
 
 }  // namespace
 
@@ -82,6 +102,7 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   // positions as in paged_attention, so a token's arithmetic depends only on its context.
   constexpr int kSpan = 128;
   static_assert(kSpan == KvCache::kKeyBlock, "spans read an f16 cache's key blocks in place");
+  constexpr int kGroupsPerSpan = kSpan / kernels::kAttentionGroupPositions;
   const int num_positions = start_position + num_tokens;
   const int num_spans = (num_positions + kSpan - 1) / kSpan;
   // Each KV head's keys and values are widened to f32 once per call, keys transposed span by
@@ -112,12 +133,19 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
         visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
       }
       if (head_data == nullptr) {
-        state.update(queries + offset, q_stride, item_tokens, shape.scale, visible,
-                     cache.f16_keys(layer, kv_head) +
-                         static_cast<int64_t>(span_start) * head_size,
-                     KvCache::kKeyBlock,
-                     cache.f16_values(layer, kv_head) +
-                         static_cast<int64_t>(span_start) * head_size);
+        // The span is one key block; its groups of positions follow each other.
+        const uint16_t* keys =
+            cache.f16_keys(layer, kv_head) + static_cast<int64_t>(span_start) * head_size;
+        const uint16_t* values =
+            cache.f16_values(layer, kv_head) + static_cast<int64_t>(span_start) * head_size;
+        const uint16_t* key_groups[kGroupsPerSpan];
+        const uint16_t* value_groups[kGroupsPerSpan];
+        for (int g = 0; g < kGroupsPerSpan; ++g) {
+          key_groups[g] = keys + g * kernels::kAttentionGroupPositions;
+          value_groups[g] = values + g * kernels::kAttentionGroupPositions * head_size;
+        }
+        state.update(queries + offset, q_stride, item_tokens, shape.scale, visible, key_groups,
+                     KvCache::kKeyBlock, value_groups);
       } else {
         const float* keys = head_data + (span_start / kSpan) * 2 * span_floats;
         state.update(queries + offset, q_stride, item_tokens, shape.scale, visible, keys,
@@ -127,21 +155,11 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     state.finish(item_tokens, out + offset, q_stride);
   };
   if (runs == 1 && cache.type() == DType::kF16 && kernels::attention_reads_f16(head_size)) {
-    // Decoding from an f16 cache: nothing to widen, and the threads split the query heads
-    // evenly, a KV head's between two threads if need be (a row's result does not depend on
-    // which rows share a kernel call). Whole KV heads would leave one of 2 threads idle a
-    // third of the time with 3 KV heads, most of a long context's decoding time.
-    pool.run([&](int thread_index, int num_threads) {
-      thread_local SpanRunState state;
-      const int end = shape.num_heads * (thread_index + 1) / num_threads;
-      for (int head = shape.num_heads * thread_index / num_threads; head < end;) {
-        const int kv_head = head / group;
-        const int rows = std::min(end, (kv_head + 1) * group) - head;
-        attend(state, kv_head, head % group, rows, 0, num_tokens, nullptr);
-        head += rows;
-      }
-    });
-    return;
+    // Decoding from an f16 cache: nothing to widen, and the query heads split evenly.
+    return split_query_heads(pool, shape.num_heads, group,
+                             [&](SpanRunState& state, int kv_head, int first_row, int rows) {
+                               attend(state, kv_head, first_row, rows, 0, num_tokens, nullptr);
+                             });
   }
   // Grows to the longest context seen, then is reused.
   thread_local std::vector<float> widened_storage;
@@ -323,48 +341,79 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       }
     });
   }
-  const int64_t work = static_cast<int64_t>(runs.size()) * shape.num_kv_heads;
-  pool.run([&](int thread_index, int num_threads) {
+  // Runs of sequences not widened above read an f16 cache in place where the kernel can
+  // (blocks of one group of positions each), or widen their blocks span by span as they go.
+  const bool read_in_place = cache.type() == DType::kF16 &&
+                             block_size == kernels::kAttentionGroupPositions &&
+                             kernels::attention_reads_f16(head_size);
+  constexpr int kMaxGroups = kSpanPositions / kernels::kAttentionGroupPositions;
+  // Folds a run's spans of a KV head into query heads [first_row, first_row + rows) of its
+  // group and writes their outputs.
+  auto attend = [&](SpanRunState& state, const Run& run, int kv_head, int first_row, int rows) {
     thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
     thread_local std::vector<float> values;             // f32 [span, head_size]
+    const BatchSequence& sequence = batch.sequences[run.sequence];
+    const int widened_at = widened_index[run.sequence];
+    const float* head_spans = nullptr;  // this head's first widened span, if widened
+    if (widened_at >= 0) {
+      const Widened& w = widened_sequences[widened_at];
+      head_spans = widened.data() + (w.first_span + kv_head * w.num_spans) * 2 * span_floats;
+    } else if (!read_in_place) {
+      keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
+      values.resize(static_cast<size_t>(span) * head_size);
+    }
+    state.size(kTokensPerRun, rows, head_size, span);
+    state.reset();
+    const int64_t offset = run.first_token * q_stride +
+                           static_cast<int64_t>(kv_head * group + first_row) * head_size;
+    // Positions seen by the run's last token (each token sees itself and everything before).
+    const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
+    for (int span_start = 0; span_start < run_end; span_start += span) {
+      const int span_count = std::min(span, run_end - span_start);
+      int visible[kTokensPerRun];
+      for (int i = 0; i < run.num_tokens; ++i) {
+        visible[i] =
+            std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0, span_count);
+      }
+      if (head_spans == nullptr && read_in_place) {
+        const uint16_t* key_groups[kMaxGroups];
+        const uint16_t* value_groups[kMaxGroups];
+        for (int b = 0; b * block_size < span_count; ++b) {
+          const int block = sequence.block_table[span_start / block_size + b];
+          key_groups[b] = cache.f16_keys(layer, block, kv_head);
+          value_groups[b] = cache.f16_values(layer, block, kv_head);
+        }
+        state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible,
+                     key_groups, block_size, value_groups);
+        continue;
+      }
+      const float* span_keys = keys_by_dimension.data();
+      const float* span_values = values.data();
+      if (head_spans != nullptr) {
+        span_keys = head_spans + (span_start / span) * 2 * span_floats;
+        span_values = span_keys + span_floats;
+      } else {
+        load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
+                  values.data());
+      }
+      state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible, span_keys,
+                   span_values);
+    }
+    state.finish(run.num_tokens, out + offset, q_stride);
+  };
+  if (runs.size() == 1) {
+    // One run (a single sequence decoding): its query heads split evenly.
+    return split_query_heads(pool, shape.num_heads, group,
+                             [&](SpanRunState& state, int kv_head, int first_row, int rows) {
+                               attend(state, runs[0], kv_head, first_row, rows);
+                             });
+  }
+  const int64_t work = static_cast<int64_t>(runs.size()) * shape.num_kv_heads;
+  pool.run([&](int thread_index, int num_threads) {
     thread_local SpanRunState state;
-    keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
-    values.resize(static_cast<size_t>(span) * head_size);
-    state.size(kTokensPerRun, group, head_size, span);
     for (int64_t item = thread_index; item < work; item += num_threads) {
-      const Run& run = runs[item / shape.num_kv_heads];
-      const int kv_head = static_cast<int>(item % shape.num_kv_heads);
-      const BatchSequence& sequence = batch.sequences[run.sequence];
-      const int widened_at = widened_index[run.sequence];
-      const float* head_spans = nullptr;  // this head's first widened span, if widened
-      if (widened_at >= 0) {
-        const Widened& w = widened_sequences[widened_at];
-        head_spans = widened.data() + (w.first_span + kv_head * w.num_spans) * 2 * span_floats;
-      }
-      state.reset();
-      const int64_t head_offset = static_cast<int64_t>(kv_head) * group * head_size;
-      // Positions seen by the run's last token (each token sees itself and everything before).
-      const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
-      for (int span_start = 0; span_start < run_end; span_start += span) {
-        const int span_count = std::min(span, run_end - span_start);
-        const float* span_keys = keys_by_dimension.data();
-        const float* span_values = values.data();
-        if (head_spans != nullptr) {
-          span_keys = head_spans + (span_start / span) * 2 * span_floats;
-          span_values = span_keys + span_floats;
-        } else {
-          load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
-                    values.data());
-        }
-        int visible[kTokensPerRun];
-        for (int i = 0; i < run.num_tokens; ++i) {
-          visible[i] = std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0,
-                                  span_count);
-        }
-        state.update(queries + run.first_token * q_stride + head_offset, q_stride,
-                     run.num_tokens, shape.scale, visible, span_keys, span_values);
-      }
-      state.finish(run.num_tokens, out + run.first_token * q_stride + head_offset, q_stride);
+      attend(state, runs[item / shape.num_kv_heads], static_cast<int>(item % shape.num_kv_heads),
+             0, group);
     }
   });
 }

@@ -166,13 +166,32 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
     std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * key_stride);
     std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
     for (float& x : queries) x = normal(rng) * 2.0f;
-    // Values an f16 cache can hold, and their f16 bits for the in-place kernel.
+    // Values an f16 cache can hold, and their f16 bits for the in-place kernel in groups of 16
+    // positions as a paged cache keeps them: the groups stored in reverse order, key rows 16
+    // apart, and a last group's positions past the span NaN (they must not be read).
     for (float& x : keys_by_dimension) x = round_to_f16(normal(rng));
     for (float& x : values) x = round_to_f16(normal(rng));
-    std::vector<uint16_t> keys_f16(keys_by_dimension.size());
-    std::vector<uint16_t> values_f16(values.size());
-    for (size_t i = 0; i < keys_f16.size(); ++i) keys_f16[i] = f32_to_f16(keys_by_dimension[i]);
-    for (size_t i = 0; i < values_f16.size(); ++i) values_f16[i] = f32_to_f16(values[i]);
+    const int group_positions = kernels::kAttentionGroupPositions;
+    const int num_groups = (c.span + group_positions - 1) / group_positions;
+    const int64_t group_elements = static_cast<int64_t>(c.head_size) * group_positions;
+    const uint16_t f16_nan = 0x7e00;
+    std::vector<uint16_t> keys_f16(num_groups * group_elements, f16_nan);
+    std::vector<uint16_t> values_f16(keys_f16.size(), f16_nan);
+    std::vector<const uint16_t*> key_groups(num_groups);
+    std::vector<const uint16_t*> value_groups(num_groups);
+    for (int g = 0; g < num_groups; ++g) {
+      const int64_t at = (num_groups - 1 - g) * group_elements;
+      key_groups[g] = keys_f16.data() + at;
+      value_groups[g] = values_f16.data() + at;
+      for (int i = 0; i < group_positions && g * group_positions + i < c.span; ++i) {
+        const int p = g * group_positions + i;
+        for (int d = 0; d < c.head_size; ++d) {
+          keys_f16[at + d * group_positions + i] = f32_to_f16(keys_by_dimension[d * key_stride + p]);
+          values_f16[at + i * c.head_size + d] =
+              f32_to_f16(values[static_cast<size_t>(p) * c.head_size + d]);
+        }
+      }
+    }
     ASSERT_TRUE(kernels::attention_reads_f16(c.head_size));
     for (int pattern = 0; pattern < 3; ++pattern) {
       std::vector<int> visible(c.num_tokens);
@@ -209,8 +228,8 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
         } else {
           kernels::attention_span_update_f16(
               queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
-              visible.data(), keys_f16.data(), key_stride, values_f16.data(), scores.data(),
-              c.span, max1.data(), sum1.data(), acc1.data());
+              visible.data(), key_groups.data(), group_positions, value_groups.data(),
+              scores.data(), c.span, max1.data(), sum1.data(), acc1.data());
         }
         results[l][0] = max1;
         results[l][1] = sum1;

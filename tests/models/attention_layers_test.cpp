@@ -1,7 +1,7 @@
 // The two attention layers agree bit for bit: paged_attention over a batch of sequences whose
 // blocks lie anywhere in a paged cache gives each token exactly what causal_attention gives it
 // over the same sequence in a contiguous cache, for prompt chunks (whose blocks are widened once
-// per call) and single decode tokens alike, mixed in one batch.
+// per call) and single decode tokens alike, mixed in one batch or alone.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -107,6 +107,19 @@ TEST(AttentionLayersTest, PagedBatchMatchesCausalAttentionPerSequence) {
       // A long prompt chunk after a cached prefix, a decode token, a short prompt from 0, a
       // chunk that ends mid-block, and another decode token deep in its context.
       check_batch(shape, type, {{300, 100}, {58, 57}, {20, 0}, {37, 5}, {260, 259}}, threads);
+    }
+  }
+}
+
+// A batch of one run (a lone sequence decoding, or a short chunk) splits its query heads
+// between the threads, a KV head's rows between two; f16 caches are read in place.
+TEST(AttentionLayersTest, SingleRunBatches) {
+  for (DType type : {DType::kF16, DType::kF32}) {
+    for (int threads : {1, 2, 3, 4}) {
+      check_batch(AttentionShape{9, 3, 64, 0.125f}, type, {{700, 699}}, threads);
+      check_batch(AttentionShape{9, 3, 64, 0.125f}, type, {{270, 258}}, threads);
+      check_batch(AttentionShape{4, 4, 40, 0.15f}, type, {{129, 128}}, threads);
+      check_batch(AttentionShape{16, 2, 80, 0.11f}, type, {{17, 16}}, threads);
     }
   }
 }

@@ -261,12 +261,13 @@ bool attention_reads_f16(int head_size) {
 
 void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
                                int group, int head_size, float scale, const int* visible,
-                               const uint16_t* keys_by_dimension, int64_t key_stride,
-                               const uint16_t* values, float* scores, int64_t score_stride,
-                               float* running_max, float* running_sum, float* accumulator) {
+                               const uint16_t* const* key_groups, int64_t key_stride,
+                               const uint16_t* const* value_groups, float* scores,
+                               int64_t score_stride, float* running_max, float* running_sum,
+                               float* accumulator) {
   TACHYON_CHECK(attention_reads_f16(head_size));
   avx512::attention_span_update_f16(queries, token_stride, num_tokens, group, head_size, scale,
-                                    visible, keys_by_dimension, key_stride, values, scores,
+                                    visible, key_groups, key_stride, value_groups, scores,
                                     score_stride, running_max, running_sum, accumulator);
 }
 

@@ -39,16 +39,21 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                            const float* values, float* scores, int64_t score_stride,
                            float* running_max, float* running_sum, float* accumulator);
 
-// attention_span_update with keys and values as f16 bits, in the same layouts, read straight
-// from an f16 cache: each value is widened exactly as it is loaded, so the results are the same
-// bits as widening them to f32 first. Only where attention_reads_f16(head_size) holds (the
-// AVX-512 kernel); elsewhere callers widen and call attention_span_update.
+// attention_span_update with keys and values as f16 bits, read in place from a cache (each
+// value widened exactly as it is loaded: the same bits as widening them to f32 first), the
+// span's positions in groups of kAttentionGroupPositions, each group anywhere:
+//   key_groups[g]:   f16 [head_size, key_stride]: dimension d of the group's positions
+//   value_groups[g]: f16 [kAttentionGroupPositions, head_size]
+// Only where attention_reads_f16(head_size) holds (the AVX-512 kernel); elsewhere callers
+// widen and call attention_span_update.
+inline constexpr int kAttentionGroupPositions = 16;
 bool attention_reads_f16(int head_size);
 void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
                                int group, int head_size, float scale, const int* visible,
-                               const uint16_t* keys_by_dimension, int64_t key_stride,
-                               const uint16_t* values, float* scores, int64_t score_stride,
-                               float* running_max, float* running_sum, float* accumulator);
+                               const uint16_t* const* key_groups, int64_t key_stride,
+                               const uint16_t* const* value_groups, float* scores,
+                               int64_t score_stride, float* running_max, float* running_sum,
+                               float* accumulator);
 
 // out = accumulator / running_sum, per head. out: f32 [group, head_size]
 void attention_finish(const float* accumulator, const float* running_sum, int group,

@@ -28,12 +28,14 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                            const float* keys_by_dimension, int64_t key_stride, const float* values,
                            float* scores, int64_t score_stride, float* running_max,
                            float* running_sum, float* accumulator);
-// The same with keys and values as f16 bits (kernels::attention_span_update_f16).
+// The same with keys and values as f16 bits in groups of positions
+// (kernels::attention_span_update_f16).
 void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
                                int group, int head_size, float scale, const int* visible,
-                               const uint16_t* keys_by_dimension, int64_t key_stride,
-                               const uint16_t* values, float* scores, int64_t score_stride,
-                               float* running_max, float* running_sum, float* accumulator);
+                               const uint16_t* const* key_groups, int64_t key_stride,
+                               const uint16_t* const* value_groups, float* scores,
+                               int64_t score_stride, float* running_max, float* running_sum,
+                               float* accumulator);
 }  // namespace avx512
 
 }  // namespace tachyon::kernels

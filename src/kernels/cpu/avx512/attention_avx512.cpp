@@ -3,8 +3,8 @@
 // the same exp, lane sums and rescaling), so each row's result is the same bits either way, but
 // with register tiles sized for 32 vector registers: 6 query rows x 64 positions of scores, or
 // 6 rows x 64 output dimensions, per pass. Each key or value vector loaded serves 6 rows.
-// Keys and values come as f32 or, straight from an f16 cache, as f16 bits widened as they are
-// loaded (exactly, so the same bits as widening them first).
+// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
+// bits widened as they are loaded (exactly, so the same bits as widening them first).
 
 // GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
 // uninitialized (GCC bug 105593); that is their purpose.
@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/fast_exp.h"
 
@@ -26,6 +27,7 @@ namespace tachyon::kernels::avx512 {
 namespace {
 
 constexpr int kLanes = 16;
+static_assert(kLanes == kAttentionGroupPositions, "a group of positions is one vector");
 constexpr int kRowTile = 6;     // query rows per register tile
 constexpr int kVectorTile = 4;  // vectors (of positions or of dimensions) per register tile
 // Widest head the pre-scaled query copy holds; wider heads take the portable kernel.
@@ -40,6 +42,31 @@ TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const float* p) {
 TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
 }
+
+// Where a span's keys and values are, positions in groups of 16 (one vector each):
+//   key_vector(g): dimension 0 of group g's positions, dimension d key_stride elements on;
+//   value_row(p):  position p's head_size values.
+// Contiguous f32 (widened spans), or f16 groups anywhere (an f16 cache's blocks, in place).
+struct ContiguousF32 {
+  using Element = float;
+  const float* keys;  // f32 [head_size, key_stride]
+  int64_t key_stride;
+  const float* values;  // f32 [positions, head_size]
+  int head_size;
+  const float* key_vector(int g) const { return keys + g * kLanes; }
+  const float* value_row(int p) const { return values + static_cast<int64_t>(p) * head_size; }
+};
+struct GroupedF16 {
+  using Element = uint16_t;
+  const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
+  int64_t key_stride;
+  const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
+  int head_size;
+  const uint16_t* key_vector(int g) const { return key_groups[g]; }
+  const uint16_t* value_row(int p) const {
+    return value_groups[p / kLanes] + static_cast<int64_t>(p % kLanes) * head_size;
+  }
+};
 
 // Lanes [0, count) of a vector (count may be <= 0 or > 16).
 TACHYON_INLINE __mmask16 first_lanes(int count) {
@@ -84,19 +111,24 @@ TACHYON_INLINE float sum_lanes(__m512 v) {
 
 // scores[r][p] = sum_d q[r][d] * k[d][p] (q already scaled) for the kVectors vectors of
 // positions from p0, written only below `positions`.
-template <int kRows, int kVectors, typename Kv>
-TACHYON_INLINE void score_tile(const float* q, int head_size, const Kv* keys_by_dimension,
-                               int64_t key_stride, int p0, int positions, float* const* scores) {
+// p0 is a multiple of 16; every vector has at least one position below `positions`.
+template <int kRows, int kVectors, typename Source>
+TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& source, int p0,
+                               int positions, float* const* scores) {
   __mmask16 mask[kVectors];
   for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(positions - p0 - j * kLanes);
   __m512 acc[kRows][kVectors];
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_setzero_ps();
   }
-  const Kv* k = keys_by_dimension + p0;
-  for (int d = 0; d < head_size; ++d, k += key_stride) {
+  const typename Source::Element* k[kVectors];
+  for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 / kLanes + j);
+  for (int d = 0; d < head_size; ++d) {
     __m512 key[kVectors];
-    for (int j = 0; j < kVectors; ++j) key[j] = load_lanes(mask[j], k + j * kLanes);
+    for (int j = 0; j < kVectors; ++j) {
+      key[j] = load_lanes(mask[j], k[j]);
+      k[j] += source.key_stride;
+    }
     for (int r = 0; r < kRows; ++r) {
       const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
       for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
@@ -109,27 +141,23 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const Kv* keys_by_
   }
 }
 
-template <int kRows, typename Kv>
-TACHYON_INLINE void tile_scores(const float* q, int head_size, const Kv* keys_by_dimension,
-                                int64_t key_stride, int positions, float* const* scores) {
+template <int kRows, typename Source>
+TACHYON_INLINE void tile_scores(const float* q, int head_size, const Source& source,
+                                int positions, float* const* scores) {
   // Whole tiles while more than kVectorTile - 1 vectors remain (the last one masked), then
   // one narrower tile.
   constexpr int kWide = kVectorTile * kLanes;
   int p0 = 0;
   for (; positions - p0 > kWide - kLanes; p0 += kWide) {
-    score_tile<kRows, kVectorTile, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
-                                   scores);
+    score_tile<kRows, kVectorTile>(q, head_size, source, p0, positions, scores);
   }
   switch ((positions - p0 + kLanes - 1) / kLanes) {
     case 1:
-      return score_tile<kRows, 1, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
-                                  scores);
+      return score_tile<kRows, 1>(q, head_size, source, p0, positions, scores);
     case 2:
-      return score_tile<kRows, 2, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
-                                  scores);
+      return score_tile<kRows, 2>(q, head_size, source, p0, positions, scores);
     case 3:
-      return score_tile<kRows, 3, Kv>(q, head_size, keys_by_dimension, key_stride, p0, positions,
-                                  scores);
+      return score_tile<kRows, 3>(q, head_size, source, p0, positions, scores);
     default:
       return;
   }
@@ -167,9 +195,9 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max, f
 
 // acc[r][d] = acc[r][d] * correction[r] + sum_p weights[r][p] * v[p][d] over p < visible[r],
 // positions added in order, for the kVectors vectors of dimensions from d0.
-template <int kRows, int kVectors, typename Kv>
+template <int kRows, int kVectors, typename Source>
 TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common, int most,
-                                    const float* correction, int head_size, const Kv* values,
+                                    const float* correction, int head_size, const Source& source,
                                     int d0, float* const* acc) {
   __mmask16 mask[kVectors];
   for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(head_size - d0 - j * kLanes);
@@ -180,9 +208,9 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
       slice[r][j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[j], acc[r] + d0 + j * kLanes), factor);
     }
   }
-  const Kv* v = values + d0;
   int p = 0;
-  for (; p < common; ++p, v += head_size) {  // every row of the tile sees p
+  for (; p < common; ++p) {  // every row of the tile sees p
+    const typename Source::Element* v = source.value_row(p) + d0;
     __m512 value[kVectors];
     for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
@@ -191,7 +219,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
         slice[r][j] = _mm512_fmadd_ps(weight, value[j], slice[r][j]);
     }
   }
-  for (; p < most; ++p, v += head_size) {  // only the rows that see this far
+  for (; p < most; ++p) {  // only the rows that see this far
+    const typename Source::Element* v = source.value_row(p) + d0;
     __m512 value[kVectors];
     for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
     for (int r = 0; r < kRows; ++r) {
@@ -208,9 +237,9 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
   }
 }
 
-template <int kRows, typename Kv>
+template <int kRows, typename Source>
 TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
-                                    const float* correction, int head_size, const Kv* values,
+                                    const float* correction, int head_size, const Source& source,
                                     float* const* acc) {
   int common = visible[0];
   int most = visible[0];
@@ -221,30 +250,29 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
   constexpr int kWide = kVectorTile * kLanes;
   int d0 = 0;
   for (; head_size - d0 > kWide - kLanes; d0 += kWide) {
-    accumulate_tile<kRows, kVectorTile, Kv>(weights, visible, common, most, correction, head_size,
-                                        values, d0, acc);
+    accumulate_tile<kRows, kVectorTile>(weights, visible, common, most, correction,
+                                               head_size, source, d0, acc);
   }
   switch ((head_size - d0 + kLanes - 1) / kLanes) {
     case 1:
-      return accumulate_tile<kRows, 1, Kv>(weights, visible, common, most, correction, head_size,
-                                       values, d0, acc);
+      return accumulate_tile<kRows, 1>(weights, visible, common, most, correction,
+                                     head_size, source, d0, acc);
     case 2:
-      return accumulate_tile<kRows, 2, Kv>(weights, visible, common, most, correction, head_size,
-                                       values, d0, acc);
+      return accumulate_tile<kRows, 2>(weights, visible, common, most, correction,
+                                     head_size, source, d0, acc);
     case 3:
-      return accumulate_tile<kRows, 3, Kv>(weights, visible, common, most, correction, head_size,
-                                       values, d0, acc);
+      return accumulate_tile<kRows, 3>(weights, visible, common, most, correction,
+                                     head_size, source, d0, acc);
     default:
       return;
   }
 }
 
 // Rows [first, first + kRows) of a span update (row = token * group + head).
-template <int kRows, typename Kv>
+template <int kRows, typename Source>
 void span_rows(const float* queries, int64_t token_stride, int group, int head_size, float scale,
-               const int* visible, int first, const Kv* keys_by_dimension, int64_t key_stride,
-               const Kv* values, float* scores, int64_t score_stride, float* running_max,
-               float* running_sum, float* accumulator) {
+               const int* visible, int first, const Source& source, float* scores,
+               int64_t score_stride, float* running_max, float* running_sum, float* accumulator) {
   alignas(64) float scaled[kRows * kMaxHeadSize];  // the rows' queries times scale
   float* row_scores[kRows];
   float* acc[kRows];
@@ -259,7 +287,7 @@ void span_rows(const float* queries, int64_t token_stride, int group, int head_s
     row_visible[r] = visible[row / group];
     most = std::max(most, row_visible[r]);
   }
-  tile_scores<kRows>(scaled, head_size, keys_by_dimension, key_stride, most, row_scores);
+  tile_scores<kRows>(scaled, head_size, source, most, row_scores);
   float correction[kRows];
   for (int r = 0; r < kRows; ++r) {
     // A row that sees none of this span keeps its state (correction 1, nothing added).
@@ -268,7 +296,7 @@ void span_rows(const float* queries, int64_t token_stride, int group, int head_s
                         : softmax_step(row_scores[r], row_visible[r], running_max[first + r],
                                        running_sum[first + r]);
   }
-  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
+  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, source, acc);
 }
 
 }  // namespace
@@ -279,24 +307,22 @@ bool attention_span_update_supports(int head_size) {
 
 namespace {
 
-template <typename Kv>
+template <typename Source>
 void span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
-                 int head_size, float scale, const int* visible, const Kv* keys_by_dimension,
-                 int64_t key_stride, const Kv* values, float* scores, int64_t score_stride,
-                 float* running_max, float* running_sum, float* accumulator) {
+                 int head_size, float scale, const int* visible, const Source& source,
+                 float* scores, int64_t score_stride, float* running_max, float* running_sum,
+                 float* accumulator) {
   const int rows = num_tokens * group;
   int first = 0;
   for (; first + kRowTile <= rows; first += kRowTile) {
-    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first,
-                        keys_by_dimension, key_stride, values, scores, score_stride, running_max,
-                        running_sum, accumulator);
+    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first, source,
+                        scores, score_stride, running_max, running_sum, accumulator);
   }
   // The last rows, as one narrower tile.
-#define TACHYON_SPAN_ROWS(n)                                                                      \
-  case n:                                                                                         \
-    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first,           \
-                        keys_by_dimension, key_stride, values, scores, score_stride, running_max, \
-                        running_sum, accumulator)
+#define TACHYON_SPAN_ROWS(n)                                                                   \
+  case n:                                                                                      \
+    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first, source, \
+                        scores, score_stride, running_max, running_sum, accumulator)
   switch (rows - first) {
     TACHYON_SPAN_ROWS(1);
     TACHYON_SPAN_ROWS(2);
@@ -316,19 +342,20 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                            const float* keys_by_dimension, int64_t key_stride, const float* values,
                            float* scores, int64_t score_stride, float* running_max,
                            float* running_sum, float* accumulator) {
-  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
-              keys_by_dimension, key_stride, values, scores, score_stride, running_max,
-              running_sum, accumulator);
+  const ContiguousF32 source{keys_by_dimension, key_stride, values, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
 }
 
 void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
                                int group, int head_size, float scale, const int* visible,
-                               const uint16_t* keys_by_dimension, int64_t key_stride,
-                               const uint16_t* values, float* scores, int64_t score_stride,
-                               float* running_max, float* running_sum, float* accumulator) {
-  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
-              keys_by_dimension, key_stride, values, scores, score_stride, running_max,
-              running_sum, accumulator);
+                               const uint16_t* const* key_groups, int64_t key_stride,
+                               const uint16_t* const* value_groups, float* scores,
+                               int64_t score_stride, float* running_max, float* running_sum,
+                               float* accumulator) {
+  const GroupedF16 source{key_groups, key_stride, value_groups, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
 }
 
 }  // namespace tachyon::kernels::avx512
