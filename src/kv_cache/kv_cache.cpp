@@ -24,7 +24,8 @@ void scatter_columns(const uint8_t* src, int64_t src_stride, int count, int widt
 }  // namespace
 
 KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, DType type)
-    : num_kv_heads_(num_kv_heads),
+    : num_layers_(num_layers),
+      num_kv_heads_(num_kv_heads),
       head_size_(head_size),
       capacity_(capacity),
       padded_capacity_((capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock),
@@ -53,6 +54,7 @@ void KvCache::read_row(size_t byte_offset, float* row, int64_t n) const {
 }
 
 void KvCache::store(int layer, int position, int count, const float* keys, const float* values) {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(position >= 0 && count >= 0 && position + count <= capacity_);
   const int kv = kv_size();
   const size_t bytes = element_bytes();
@@ -90,7 +92,8 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
 
 void KvCache::load_head(int layer, int kv_head, int head_size, int count, float* keys,
                         float* values) const {
-  TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && head_size == head_size_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(count >= 0 && count <= capacity_);
   // Widened block by block and column by column into `values` (as scratch), then put in rows.
   for (int first = 0; first < count; first += kKeyBlock) {
@@ -105,7 +108,8 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
 
 void KvCache::load_span(int layer, int kv_head, int head_size, int first, int count,
                         float* keys_by_dimension, int64_t key_stride, float* values) const {
-  TACHYON_CHECK(head_size == head_size_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && head_size == head_size_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= capacity_);
   const size_t bytes = element_bytes();
   // Block by block: positions [first + p, first + p + n) share one.
@@ -121,12 +125,14 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
 }
 
 const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 0, kv_head));
 }
 
 const uint16_t* KvCache::f16_values(int layer, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 1, kv_head));
 }
 

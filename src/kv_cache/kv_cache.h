@@ -62,6 +62,7 @@ class KvCache {
   void write_row(size_t byte_offset, const float* row, int64_t n);
   void read_row(size_t byte_offset, float* row, int64_t n) const;
 
+  int num_layers_;
   int num_kv_heads_;
   int head_size_;
   int capacity_;

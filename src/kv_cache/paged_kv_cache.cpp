@@ -97,12 +97,14 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
 }
 
 const uint16_t* PagedKvCache::f16_keys(int layer, int block, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && block >= 0 && block < num_blocks_);
+  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_.get() + head_offset(layer, block, 0, kv_head));
 }
 
 const uint16_t* PagedKvCache::f16_values(int layer, int block, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && block >= 0 && block < num_blocks_);
+  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_.get() + head_offset(layer, block, 1, kv_head));
 }
 
