@@ -2,7 +2,9 @@
 // (1 token), batched decode (2, 8, 32 tokens) and prefill (512 tokens) with 1 and 2 threads.
 // Counters: weight_GB/s = weight bytes read per second (each call reads the matrix once);
 // GFLOP/s = 2 * rows * cols * tokens per second.
-// Names: matmul/<type>/<level>/<rows>x<cols>/tokens:<n>/threads:<n>.
+// Names: matmul/<type>/<level>/<rows>x<cols>/tokens:<n>/threads:<n>, and for the types that
+// models repack at load (RepackedWeights: Q4_0, Q4_1, Q8_0, F16, BF16) the same with
+// matmul/<type>-repacked/..., the layout decoding actually reads.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -14,8 +16,10 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/block_layouts.h"
 
 namespace tachyon::kernels {
@@ -68,14 +72,20 @@ ThreadPool& pool_with(int threads) {
 }
 
 void run_matmul(benchmark::State& state, DType type, KernelLevel level, int64_t rows, int64_t cols,
-                int64_t tokens, int threads) {
+                int64_t tokens, int threads, bool repacked) {
   const std::vector<uint8_t> w = random_weights(type, rows, cols);
   std::vector<float> x(static_cast<size_t>(tokens * cols));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& value : x) value = normal(rng);
   std::vector<float> y(static_cast<size_t>(tokens * rows));
-  const WeightMatrix matrix{type, w.data(), rows, cols};
+  WeightMatrix matrix{type, w.data(), rows, cols};
+  HugePageArena arena;
+  if (repacked) {
+    uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrix));
+    RepackedWeights::repack_into(matrix, packed);
+    matrix.packed = packed;
+  }
   ThreadPool& pool = pool_with(threads);
   matmul_at_level(level, matrix, x.data(), tokens, y.data(), pool);  // warm-up: scratch grows
   for (auto _ : state) {
@@ -120,17 +130,22 @@ void register_all() {
       for (const Shape& shape : type_shapes) {
         // K-quants need cols % 256 == 0 (they get their own shapes above).
         if (shape.cols % dtype_info(type).block_elements != 0) continue;
-        for (int64_t tokens : {1, 2, 8, 32, 512}) {
-          for (int threads : {1, 2}) {
-            const std::string name = "matmul/" + std::string(dtype_name(type)) + "/" +
-                                     std::string(kernel_level_name(level)) + "/" +
-                                     std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
-                                     "/tokens:" + std::to_string(tokens) +
-                                     "/threads:" + std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, level, shape.rows,
-                                         shape.cols, tokens, threads)
-                ->UseRealTime()
-                ->Unit(benchmark::kMicrosecond);
+        const bool repackable = RepackedWeights::supports(WeightMatrix{type, nullptr, shape.rows,
+                                                                       shape.cols});
+        for (bool repacked : {false, true}) {
+          if (repacked && !repackable) continue;
+          for (int64_t tokens : {1, 2, 8, 32, 512}) {
+            for (int threads : {1, 2}) {
+              const std::string name =
+                  "matmul/" + std::string(dtype_name(type)) + (repacked ? "-repacked/" : "/") +
+                  std::string(kernel_level_name(level)) + "/" + std::to_string(shape.rows) + "x" +
+                  std::to_string(shape.cols) + "/tokens:" + std::to_string(tokens) +
+                  "/threads:" + std::to_string(threads);
+              benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, level, shape.rows,
+                                           shape.cols, tokens, threads, repacked)
+                  ->UseRealTime()
+                  ->Unit(benchmark::kMicrosecond);
+            }
           }
         }
       }
