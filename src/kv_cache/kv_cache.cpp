@@ -58,23 +58,22 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
   TACHYON_CHECK(position >= 0 && count >= 0 && position + count <= capacity_);
   const int kv = kv_size();
   const size_t bytes = element_bytes();
-  // Keys: converted as whole rows (one rounding per element, as for values), then each head's
-  // dimensions scattered into their blocks' columns.
-  const size_t staged = static_cast<size_t>(count) * kv * bytes;
-  if (staging_.size() < staged) staging_.resize(staged);
+  // Keys: f16 ones converted as whole rows first (one rounding per element, as for values),
+  // then each head's dimensions scattered into their blocks' columns.
+  const uint8_t* key_rows = reinterpret_cast<const uint8_t*>(keys);
   if (type_ == DType::kF16) {
+    const size_t staged = static_cast<size_t>(count) * kv * bytes;
+    if (staging_.size() < staged) staging_.resize(staged);
     kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging_.data()),
                             static_cast<int64_t>(count) * kv);
-  } else {
-    std::memcpy(staging_.data(), keys, staged);
+    key_rows = staging_.data();
   }
   for (int h = 0; h < num_kv_heads_; ++h) {
     // Block by block: positions [p, p + n) share one.
     for (int p = 0, n = 0; p < count; p += n) {
       n = std::min(count - p, kKeyBlock - (position + p) % kKeyBlock);
       const uint8_t* rows =
-          staging_.data() + (static_cast<size_t>(p) * kv + static_cast<size_t>(h) * head_size_) *
-                                bytes;
+          key_rows + (static_cast<size_t>(p) * kv + static_cast<size_t>(h) * head_size_) * bytes;
       uint8_t* columns = storage_.data() + head_offset(layer, 0, h) + key_index(position + p, 0) *
                                                                          bytes;
       if (type_ == DType::kF16) {

@@ -70,8 +70,8 @@ class KvCache {
   DType type_;
   // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * padded_capacity_]
   std::vector<uint8_t> storage_;
-  // f32 or f16 bits [count, kv_size]: a store's keys in the storage type before they are
-  // scattered into their columns.
+  // f16 bits [count, kv_size]: an f16 cache's stored keys, converted before they are scattered
+  // into their columns.
   std::vector<uint8_t> staging_;
 };
 

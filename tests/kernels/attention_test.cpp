@@ -186,7 +186,8 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
       for (int i = 0; i < group_positions && g * group_positions + i < c.span; ++i) {
         const int p = g * group_positions + i;
         for (int d = 0; d < c.head_size; ++d) {
-          keys_f16[at + d * group_positions + i] = f32_to_f16(keys_by_dimension[d * key_stride + p]);
+          keys_f16[at + d * group_positions + i] =
+              f32_to_f16(keys_by_dimension[d * key_stride + p]);
           values_f16[at + i * c.head_size + d] =
               f32_to_f16(values[static_cast<size_t>(p) * c.head_size + d]);
         }

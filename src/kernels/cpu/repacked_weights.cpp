@@ -25,9 +25,9 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
     for (int64_t row = 0; row < w.rows; ++row) {
       uint8_t* tile = out + row / kRepackedTileRows * blocks * block_bytes;
       const int64_t r = row % kRepackedTileRows;
+      const uint8_t* source = w.data + row * row_bytes;
       for (int64_t piece = 0; piece < 2 * blocks; ++piece) {
-        std::memcpy(tile + piece * kRepackedPieceBytes + r * 32, w.data + row * row_bytes + piece * 32,
-                    32);
+        std::memcpy(tile + piece * kRepackedPieceBytes + r * 32, source + piece * 32, 32);
       }
     }
     return;
