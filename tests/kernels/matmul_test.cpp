@@ -419,8 +419,8 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 // Q4_0..Q8_0 kernels repeat reference::dot_q8's float operations one by one (exact integer
 // block dots, then separately rounded muls and adds in block order), so every SIMD level equals
 // the reference bit for bit, for every token count (1..65: the decode, direct and panel paths,
-// every token-tile remainder) and row count (partial 8-row tiles, odd thread splits), from the
-// file's layout and from weights repacked at load (Q4_0, Q4_1).
+// every token-tile remainder) and row count (partial 8-row groups and 16-row tiles, odd thread
+// splits), from the file's layout and from weights repacked at load (Q4_0, Q4_1, Q8_0).
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
 TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
@@ -429,14 +429,14 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   const int64_t max_tokens = 65;
-  for (int64_t rows : {1, 7, 8, 9, 31, 37}) {
+  for (int64_t rows : {1, 7, 8, 9, 16, 24, 31, 37}) {
     for (int64_t cols : {32, 96, 576}) {
       const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
       const std::vector<float> x = random_activations(max_tokens, cols, rng);
       std::vector<float> y_ref(static_cast<size_t>(max_tokens * rows));
       ASSERT_TRUE(
           reference::matmul(type, w.data(), rows, cols, x.data(), max_tokens, y_ref.data()).ok());
-      // The file's layout, and (Q4_0, Q4_1) the repacked one.
+      // The file's layout, and (Q4_0, Q4_1, Q8_0) the repacked one.
       std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
       HugePageArena arena;
       if (RepackedWeights::supports(layouts[0])) {

@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/thread_balance.h"
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/dot_products.h"
 #include "kernels/reference/dot_products_k.h"
@@ -276,17 +278,28 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
     if (job.k_path && k_done == nullptr) k_done = &jobs.back();
     if (!job.k_path && reference::has_q8_dot(w.type) && q8_done == nullptr) q8_done = &jobs.back();
   }
-  // One pass over the pool for all of them: each thread takes its share of every matrix.
+  // One pass over the pool for all of them: each thread takes its share of every matrix, the
+  // shares following the threads' recent speeds (ThreadBalance). Which thread computes a row
+  // does not change its result.
+  thread_local ThreadBalance balance;
+  if (balance.num_threads() != pool.num_threads()) balance = ThreadBalance(pool.num_threads());
   const MatmulJob* job_list = jobs.data();
   const size_t num_jobs = jobs.size();
-  pool.run([job_list, num_jobs](int index, int threads) {
+  ThreadBalance* shares = &balance;
+  pool.run([job_list, num_jobs, shares](int index, int) {
+    const auto start = std::chrono::steady_clock::now();
+    double bytes = 0;
     for (size_t j = 0; j < num_jobs; ++j) {
       int64_t begin = 0;
       int64_t end = 0;
-      split(job_list[j].w->rows, kPanelRows, index, threads, &begin, &end);
+      shares->split(job_list[j].w->rows, kPanelRows, index, &begin, &end);
       matmul_range(job_list[j], begin, end);
+      bytes += static_cast<double>(end - begin) * static_cast<double>(job_list[j].w->row_bytes());
     }
+    const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+    shares->record(index, bytes, seconds.count());
   });
+  balance.update();
 }
 
 }  // namespace tachyon::kernels

@@ -11,20 +11,22 @@ bool RepackedWeights::supports(const WeightMatrix& w) {
 }
 
 int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
-  const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
+  const int64_t tile_rows = repacked_tile_rows(w.type);
+  const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
   return tiles * (w.cols / 32) * repacked_block_bytes(w.type);
 }
 
 void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
   TACHYON_CHECK(supports(w));
   const int64_t blocks = w.cols / 32;
-  const int64_t tiles = (w.rows + kRepackedTileRows - 1) / kRepackedTileRows;
+  const int tile_rows = repacked_tile_rows(w.type);
+  const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
   const int64_t block_bytes = repacked_block_bytes(w.type);
   if (w.type == DType::kF16 || w.type == DType::kBF16) {
     const size_t row_bytes = w.row_bytes();
     for (int64_t row = 0; row < w.rows; ++row) {
-      uint8_t* tile = out + row / kRepackedTileRows * blocks * block_bytes;
-      const int64_t r = row % kRepackedTileRows;
+      uint8_t* tile = out + row / tile_rows * blocks * block_bytes;
+      const int64_t r = row % tile_rows;
       const uint8_t* source = w.data + row * row_bytes;
       for (int64_t piece = 0; piece < 2 * blocks; ++piece) {
         std::memcpy(tile + piece * kRepackedPieceBytes + r * 32, source + piece * 32, 32);
@@ -42,15 +44,15 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
   for (int64_t t = 0; t < tiles; ++t) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* block = out + (t * blocks + b) * block_bytes;
-      for (int r = 0; r < kRepackedTileRows; ++r) {
-        const int64_t row = t * kRepackedTileRows + r;
+      for (int r = 0; r < tile_rows; ++r) {
+        const int64_t row = t * tile_rows + r;
         if (row >= w.rows) break;  // padding stays zero
         const uint8_t* source = w.data + row * row_bytes + b * source_block_bytes;
         for (int p = 0; p < qs_bytes / 4; ++p) {
-          std::memcpy(block + p * 32 + r * 4, source + qs_offset + 4 * p, 4);
+          std::memcpy(block + p * 64 + r * 4, source + qs_offset + 4 * p, 4);
         }
         std::memcpy(block + scales + r * 2, source, 2);                    // d
-        if (has_m) std::memcpy(block + scales + 16 + r * 2, source + 2, 2);  // m
+        if (has_m) std::memcpy(block + scales + 32 + r * 2, source + 2, 2);  // m
       }
     }
   }

@@ -1,18 +1,21 @@
-// Q4_0, Q4_1, Q8_0, F16 and BF16 weights repacked at load into 8-row tiles, the layout the SIMD
-// kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces of 8 rows for
-// the 16-bit floats), so that decoding streams each thread's rows as one sequential run instead
-// of gathering 8 short rows (and, for the quantized types, transposing their blocks) on every
-// call. Same bytes per weight as the file; results are bit for bit the same.
+// Q4_0, Q4_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the layout the
+// SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces of 8 rows
+// for the 16-bit floats), so that decoding streams each thread's rows as one sequential run
+// instead of gathering short rows (and, for the quantized types, transposing their blocks) on
+// every call. Same bytes per weight as the file; results are bit for bit the same.
 //
-// Tile t holds rows 8t..8t+7 (a last partial tile is padded with zero blocks); its blocks follow
-// each other, repacked_block_bytes(type) apart. Block b of a tile:
-//   q  Q4_0/Q4_1: 4 x 32 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e.
+// Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
+// with zero blocks); its blocks of 32 columns follow each other, repacked_block_bytes(type)
+// apart. Block b of a Q4_0/Q4_1/Q8_0 tile (T = 16: one 512-bit vector holds a dword of each row):
+//   q  Q4_0/Q4_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e.
 //      values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
-//      Q8_0: 8 x 32 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
-//   d  8 x f16: the rows' scales
-//   m  8 x f16: the rows' offsets (Q4_1 only)
-// F16/BF16 (32 values per block): 2 pieces of 16 columns, each 8 x 32 bytes: row r's values
-//   16h..16h+15 at h * 256 + r * 32.
+//      Q8_0: 8 x 64 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
+//   d  16 x f16: the rows' scales
+//   m  16 x f16: the rows' offsets (Q4_1 only)
+// so the 256-bit half h of each vector (and d[8h..8h+7], m[8h..8h+7]) is the same block of the
+// 8 rows 8h..8h+7 alone: AVX2 reads a tile as two 8-row groups.
+// F16/BF16 (T = 8; 32 values per block): 2 pieces of 16 columns, each 8 x 32 bytes: row r's
+//   values 16h..16h+15 at h * 256 + r * 32.
 #pragma once
 
 #include <cstdint>
@@ -22,20 +25,26 @@
 
 namespace tachyon::kernels {
 
-inline constexpr int kRepackedTileRows = 8;
+inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q8_0
+inline constexpr int kRepackedFloatTileRows = 8;   // F16, BF16
 
-// Bytes of one repacked block of 8 rows (0: the type is not repacked).
+constexpr int repacked_tile_rows(DType type) {
+  return type == DType::kF16 || type == DType::kBF16 ? kRepackedFloatTileRows
+                                                     : kRepackedQuantTileRows;
+}
+
+// Bytes of one repacked block (32 columns of a whole tile; 0: the type is not repacked).
 constexpr int64_t repacked_block_bytes(DType type) {
-  return type == DType::kQ4_0   ? 128 + 16
-         : type == DType::kQ4_1 ? 128 + 32
-         : type == DType::kQ8_0 ? 256 + 16
+  return type == DType::kQ4_0   ? 16 * 16 + 32
+         : type == DType::kQ4_1 ? 16 * 16 + 64
+         : type == DType::kQ8_0 ? 16 * 32 + 32
          : type == DType::kF16 || type == DType::kBF16 ? 8 * 32 * 2
                                 : 0;
 }
 // F16/BF16: bytes of one 16-column piece of a tile (8 rows x 16 values).
 inline constexpr int64_t kRepackedPieceBytes = 8 * 16 * 2;
-// Offset of the 8 scales (f16) in a repacked block; the offsets (Q4_1) follow them.
-constexpr int64_t repacked_scales_offset(DType type) { return type == DType::kQ8_0 ? 256 : 128; }
+// Offset of the 16 scales (f16) in a repacked quantized block; the offsets (Q4_1) follow them.
+constexpr int64_t repacked_scales_offset(DType type) { return type == DType::kQ8_0 ? 512 : 256; }
 
 class RepackedWeights {
  public:
