@@ -18,6 +18,7 @@
 #include "cli/model_session.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/bandwidth_probe.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/engine.h"
 
@@ -110,7 +111,8 @@ Status run_bench(const BenchOptions& options) {
     for (int position = 0; position < options.generated_tokens; ++position) {
       TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(&token, 1), position, cache,
                                             *session.pool, 1, logits));
-      token = static_cast<TokenIndex>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      token = static_cast<TokenIndex>(
+          kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));  // greedy
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };

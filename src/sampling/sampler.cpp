@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace tachyon {
 namespace {
@@ -60,15 +61,7 @@ uint64_t pick_seed(const SamplingParams& params) {
 
 // Lowest id among the largest logits; NaN never wins; 0 when all are -inf or NaN.
 TokenId argmax(std::span<const float> logits) {
-  TokenId best = 0;
-  float best_value = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = static_cast<TokenId>(i);
-    }
-  }
-  return best;
+  return static_cast<TokenId>(kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 float max_logit(std::span<const float> logits) {

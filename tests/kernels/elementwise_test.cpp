@@ -1,7 +1,9 @@
 // The element-wise kernels (the variant this CPU runs) against their double-precision oracles.
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -49,6 +51,45 @@ TEST(ElementwiseKernelTest, SwigluAndAddMatchReference) {
     std::vector<float> sum = gate;
     kernels::add_in_place(sum.data(), up.data(), size);
     for (int64_t i = 0; i < size; ++i) EXPECT_EQ(sum[i], gate[i] + up[i]);
+  }
+}
+
+// The first largest value's index, as a scan from -inf keeping strictly greater values finds it.
+int64_t scan_argmax(const std::vector<float>& x) {
+  int64_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] > best_value) {
+      best_value = x[i];
+      best = static_cast<int64_t>(i);
+    }
+  }
+  return best;
+}
+
+TEST(ElementwiseKernelTest, ArgmaxIsTheFirstLargestAndSkipsNan) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t size : {1, 2, 15, 16, 17, 33, 1000, 49152, 128256}) {
+    std::vector<float> x(static_cast<size_t>(size));
+    for (float& v : x) v = normal(rng);
+    EXPECT_EQ(kernels::argmax(x.data(), size), scan_argmax(x)) << size;
+    // Ties: the first of several equal maxima, wherever they fall (tail included).
+    const int64_t last = size - 1;
+    x[static_cast<size_t>(last)] = 100.0f;
+    x[static_cast<size_t>(last / 2)] = 100.0f;
+    EXPECT_EQ(kernels::argmax(x.data(), size), last / 2) << size;
+    // NaN never wins, +inf does.
+    x[0] = nan;
+    EXPECT_EQ(kernels::argmax(x.data(), size), scan_argmax(x)) << size;
+    x[static_cast<size_t>(last)] = inf;
+    EXPECT_EQ(kernels::argmax(x.data(), size), size == 1 ? 0 : last) << size;
+    // Nothing above -inf: 0, even when 0 holds NaN.
+    std::fill(x.begin(), x.end(), -inf);
+    x[0] = nan;
+    EXPECT_EQ(kernels::argmax(x.data(), size), 0) << size;
   }
 }
 

@@ -15,4 +15,9 @@ void swiglu(const float* gate, const float* up, int64_t size, float* out);
 // x += y. x, y: f32 [size]
 void add_in_place(float* x, const float* y, int64_t size);
 
+// The index of the first largest value of x (f32 [size]): NaN is never largest, and if no
+// value exceeds -inf the answer is 0 (as a scan keeping the first strictly greater value from
+// -inf). Vectorized: greedy decoding takes it over the whole vocabulary every token.
+int64_t argmax(const float* x, int64_t size);
+
 }  // namespace tachyon::kernels
