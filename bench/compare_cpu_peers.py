@@ -8,7 +8,11 @@ tachyon bench's measured roofline (each tg repetition against the read bandwidth
 before and after it).
 
     .venv/bin/python bench/compare_cpu_peers.py [-t 2] [-r 5] [--rounds 1] [--long]
-        [--only MODEL] [--tests pp8192,...] [--peers ik_llama.cpp]
+        [--only MODEL] [--tests pp8192,...] [--peers ik_llama.cpp] [--interleave]
+
+--interleave runs one repetition per engine call and the engines take turns repetition by
+repetition (each call loads the model again): these machines' read bandwidth changes from
+minute to minute, and turns of a few seconds let every engine see the same phases.
 
 Models (made first if missing): the default SmolLM2-135M Q4_1 and its Q8_0 / F16 variants
 (tools/make_model_variant.py), and random weights in the Llama-3.2-1B shape in Q4_0 and Q8_0
@@ -77,6 +81,8 @@ def main() -> int:
     parser.add_argument("--tests", help="only these tests (comma-separated, e.g. pp8192)")
     parser.add_argument("--peers", default="llama.cpp,ik_llama.cpp",
                         help="peers to run (comma-separated; mainline takes ~2 min per pp8192)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="engines take turns repetition by repetition, not test by test")
     args = parser.parse_args()
     models = ensure_models()
     # (model, test arguments, the tests they produce)
@@ -94,27 +100,41 @@ def main() -> int:
         wanted = set(args.tests.split(","))
         plan = [item for item in plan if wanted & set(item[2])]
     peers = args.peers.split(",")
-    runners = {engine: command for engine, command in engines(args.threads, args.reps).items()
+    calls = args.reps if args.interleave else 1  # engine calls per test and round
+    runners = {engine: command
+               for engine, command in engines(args.threads,
+                                              1 if args.interleave else args.reps).items()
                if engine == "tachyon" or engine in peers}
     rates: dict[tuple[str, str, str], list[float]] = {}
     roofline: dict[str, list[float]] = {}
     roofline_rate: dict[str, list[float]] = {}  # tokens/s the probes around tachyon's tg allow
     for _ in range(args.rounds):
         for model, test_args, tests in plan:
-            for engine, command in runners.items():
-                rows = run_json([*command, "-m", str(models[model]), *test_args])
+            # This round's repetitions per (test, engine): one call with -r reps, or reps calls
+            # of one repetition each, taking turns (--interleave).
+            reps: dict[tuple[str, str], list[float]] = {}
+            fractions: list[float] = []
+            allowed: list[float] = []
+            for _ in range(calls):
+                for engine, command in runners.items():
+                    rows = run_json([*command, "-m", str(models[model]), *test_args])
+                    for test in tests:
+                        reps.setdefault((test, engine), []).append(
+                            rows[test]["tokens_per_second"])
+                    if engine == "tachyon" and "roofline" in rows and "tg128" in rows:
+                        # Each tg repetition against the bandwidth probed right around it.
+                        fractions.append(rows["roofline"]["tg_fraction_of_roofline"])
+                        allowed.append(rows["roofline"]["tokens_per_second"])
+            for engine in runners:
                 for test in tests:
                     rates.setdefault((model, test, engine), []).append(
-                        rows[test]["tokens_per_second"])
-                if engine == "tachyon" and "roofline" in rows and "tg128" in rows:
-                    # Each tg repetition against the bandwidth probed right around it.
-                    roofline.setdefault(model, []).append(
-                        rows["roofline"]["tg_fraction_of_roofline"])
-                    roofline_rate.setdefault(model, []).append(
-                        rows["roofline"]["tokens_per_second"])
+                        statistics.mean(reps[(test, engine)]))
                 print(f"  {model} {' '.join(test_args)} {engine}: "
-                      f"{ {t: round(rows[t]['tokens_per_second'], 1) for t in tests} }",
+                      f"{ {t: round(statistics.mean(reps[(t, engine)]), 1) for t in tests} }",
                       file=sys.stderr)
+            if fractions:
+                roofline.setdefault(model, []).append(statistics.median(fractions))
+                roofline_rate.setdefault(model, []).append(statistics.median(allowed))
     versions = {name: subprocess.run([str(ROOT / venv / "bin/python"), "-c",
                                       f"import {module}; print({module}.__version__)"],
                                      capture_output=True, text=True).stdout.strip()
@@ -124,7 +144,9 @@ def main() -> int:
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; threads: {args.threads}; peers: "
           f"llama-cpp-python {versions['llama-cpp-python']} (llama.cpp mainline), "
           f"ik-llama-cpp-python {versions['ik-llama-cpp-python']} (ik_llama.cpp); "
-          f"{args.reps} repetitions per test, median over {args.rounds} round(s)\n")
+          f"{args.reps} repetitions per test"
+          f"{' (engines taking turns repetition by repetition)' if args.interleave else ''}, "
+          f"median over {args.rounds} round(s)\n")
     print("| model | test | tachyon | llama.cpp | ik_llama.cpp | tachyon / faster peer | "
           "tachyon / roofline | faster peer / roofline |")
     print("|---|---|---|---|---|---|---|---|")
