@@ -286,8 +286,10 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
   const MatmulJob* job_list = jobs.data();
   const size_t num_jobs = jobs.size();
   ThreadBalance* shares = &balance;
-  pool.run([job_list, num_jobs, shares](int index, int) {
-    const auto start = std::chrono::steady_clock::now();
+  // Each thread's time counts from the run's start, so a worker's wake-up delay is part of what
+  // the balance evens out (it matters for the small products of a small model's decode step).
+  const auto start = std::chrono::steady_clock::now();
+  pool.run([job_list, num_jobs, shares, start](int index, int) {
     double bytes = 0;
     for (size_t j = 0; j < num_jobs; ++j) {
       int64_t begin = 0;
