@@ -24,6 +24,16 @@ void expect_partition(const ThreadBalance& balance, int64_t count, int64_t grain
   EXPECT_EQ(expected_begin, count);
 }
 
+// `runs` runs in which both threads of `balance` do the same work, thread 0 in seconds0 and
+// thread 1 in seconds1.
+void record_runs(ThreadBalance& balance, int runs, double seconds0, double seconds1) {
+  for (int run = 0; run < runs; ++run) {
+    balance.record(0, 1000.0, seconds0);
+    balance.record(1, 1000.0, seconds1);
+    balance.update();
+  }
+}
+
 TEST(ThreadBalanceTest, StartsEvenAndAlwaysPartitions) {
   for (int threads : {1, 2, 3, 5}) {
     ThreadBalance balance(threads);
@@ -43,11 +53,7 @@ TEST(ThreadBalanceTest, StartsEvenAndAlwaysPartitions) {
 TEST(ThreadBalanceTest, SharesFollowMeasuredSpeeds) {
   ThreadBalance balance(2);
   // Thread 1 takes twice as long for the same work: shares converge to 2:1.
-  for (int run = 0; run < 200; ++run) {
-    balance.record(0, 1000.0, 1.0);
-    balance.record(1, 1000.0, 2.0);
-    balance.update();
-  }
+  record_runs(balance, 200, 1.0, 2.0);
   EXPECT_NEAR(balance.share(0), 2.0 / 3.0, 1e-9);
   EXPECT_NEAR(balance.share(1), 1.0 / 3.0, 1e-9);
   expect_partition(balance, 4096, 16);
@@ -57,11 +63,7 @@ TEST(ThreadBalanceTest, SharesFollowMeasuredSpeeds) {
   EXPECT_EQ(begin, 0);
   EXPECT_EQ(end, 3200);
   // Then the other way round: recent runs outweigh old ones.
-  for (int run = 0; run < 400; ++run) {
-    balance.record(0, 1000.0, 2.0);
-    balance.record(1, 1000.0, 1.0);
-    balance.update();
-  }
+  record_runs(balance, 400, 2.0, 1.0);
   EXPECT_NEAR(balance.share(1), 2.0 / 3.0, 1e-3);
 }
 
@@ -69,11 +71,7 @@ TEST(ThreadBalanceTest, NoThreadIsStarvedAndUnmeasuredRunsChangeNothing) {
   ThreadBalance balance(2);
   // A thread that stalled (descheduled) keeps about half an even share: the floor (0.25 here),
   // renormalized with the other thread's 100/101.
-  for (int run = 0; run < 200; ++run) {
-    balance.record(0, 1000.0, 1.0);
-    balance.record(1, 1000.0, 100.0);
-    balance.update();
-  }
+  record_runs(balance, 200, 1.0, 100.0);
   EXPECT_NEAR(balance.share(1), 0.25 / (0.25 + 100.0 / 101.0), 1e-9);
   expect_partition(balance, 1000, 16);
   // Until every thread has measured something, shares stay as they are.
