@@ -23,13 +23,20 @@ HugePageArena::~HugePageArena() {
 }
 
 uint8_t* HugePageArena::allocate(size_t bytes) {
+  uint8_t* out = try_allocate(bytes);
+  TACHYON_CHECK(out != nullptr);
+  return out;
+}
+
+uint8_t* HugePageArena::try_allocate(size_t bytes) {
+  if (bytes > (size_t{1} << 62)) return nullptr;
   bytes = round_up(std::max<size_t>(bytes, 1), kAlignment);
   if (chunks_.empty() || used_in_last_ + bytes > chunks_.back().size) {
     // mmap'd memory is zeroed and page aligned; over-allocate by a huge page to align to one.
     const size_t size = round_up(std::max(bytes, kMinChunk), kHugePage);
     void* mapping = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    TACHYON_CHECK(mapping != MAP_FAILED);
+    if (mapping == MAP_FAILED) return nullptr;
     uint8_t* raw = static_cast<uint8_t*>(mapping);
     uint8_t* aligned = reinterpret_cast<uint8_t*>(
         round_up(reinterpret_cast<uintptr_t>(raw), kHugePage));

@@ -21,6 +21,8 @@ class HugePageArena {
   // `bytes` of zeroed memory, 64-byte aligned, valid as long as the arena. Never fails
   // (allocation failure aborts, as for operator new).
   uint8_t* allocate(size_t bytes);
+  // The same, or null when the system cannot map that much (the caller reports it).
+  uint8_t* try_allocate(size_t bytes);
 
   size_t allocated_bytes() const { return allocated_; }
 

@@ -42,12 +42,14 @@ void ThreadPool::run(FunctionRef<void(int, int)> task) {
   }
   task_ = &task;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  {
-    // The lock orders the generation bump with a worker that is about to sleep.
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+  // Both sides are sequentially consistent: either this load sees a worker's sleepers_
+  // increment (and the lock below orders the bump with its wait), or that worker's check of
+  // the generation, after its increment, sees the bump and it does not sleep.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
   task(0, num_threads_);
   // Spin for the workers; yield now and then, so that a worker that lost its core (the machine
   // is busy) gets it back instead of waiting behind us.
@@ -74,7 +76,9 @@ void ThreadPool::worker_loop(int thread_index) {
       }
       if (current == seen) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
         current = generation_.load(std::memory_order_acquire);
       }
     }

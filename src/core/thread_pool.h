@@ -41,6 +41,9 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped for each job
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stopping_{false};
+  // Workers asleep or about to sleep on wake_: run() takes the lock and notifies only then (a
+  // decode step's hundreds of jobs mostly find the workers spinning).
+  std::atomic<int> sleepers_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
 };

@@ -32,24 +32,26 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, 
       type_(type) {
   TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
   TACHYON_CHECK(num_layers >= 0 && num_kv_heads > 0 && head_size > 0 && capacity >= 0);
-  storage_.resize(static_cast<size_t>(num_layers) * 2 * padded_capacity_ * kv_size() *
-                  element_bytes());
+  storage_bytes_ = static_cast<size_t>(num_layers) * 2 * padded_capacity_ * kv_size() *
+                   element_bytes();
+  arena_ = std::make_unique<HugePageArena>();
+  storage_ = arena_->allocate(storage_bytes_);
 }
 
 void KvCache::write_row(size_t byte_offset, const float* row, int64_t n) {
   if (type_ == DType::kF16) {
-    kernels::f32_to_f16_row(row, reinterpret_cast<uint16_t*>(storage_.data() + byte_offset), n);
+    kernels::f32_to_f16_row(row, reinterpret_cast<uint16_t*>(storage_ + byte_offset), n);
   } else {
-    std::memcpy(storage_.data() + byte_offset, row, n * sizeof(float));
+    std::memcpy(storage_ + byte_offset, row, n * sizeof(float));
   }
 }
 
 void KvCache::read_row(size_t byte_offset, float* row, int64_t n) const {
   if (type_ == DType::kF16) {
-    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(storage_.data() + byte_offset), row,
+    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(storage_ + byte_offset), row,
                             n);
   } else {
-    std::memcpy(row, storage_.data() + byte_offset, n * sizeof(float));
+    std::memcpy(row, storage_ + byte_offset, n * sizeof(float));
   }
 }
 
@@ -74,7 +76,7 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
       n = std::min(count - p, kKeyBlock - (position + p) % kKeyBlock);
       const uint8_t* rows =
           key_rows + (static_cast<size_t>(p) * kv + static_cast<size_t>(h) * head_size_) * bytes;
-      uint8_t* columns = storage_.data() + head_offset(layer, 0, h) + key_index(position + p, 0) *
+      uint8_t* columns = storage_ + head_offset(layer, 0, h) + key_index(position + p, 0) *
                                                                          bytes;
       if (type_ == DType::kF16) {
         scatter_columns<uint16_t>(rows, kv, n, head_size_, columns, kKeyBlock);
@@ -126,13 +128,13 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
 const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
-  return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 0, kv_head));
+  return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, 0, kv_head));
 }
 
 const uint16_t* KvCache::f16_values(int layer, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
-  return reinterpret_cast<const uint16_t*>(storage_.data() + head_offset(layer, 1, kv_head));
+  return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, 1, kv_head));
 }
 
 }  // namespace tachyon

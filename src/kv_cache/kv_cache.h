@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_page_arena.h"
 
 namespace tachyon {
 
@@ -23,7 +25,7 @@ class KvCache {
   int capacity() const { return capacity_; }
   int kv_size() const { return num_kv_heads_ * head_size_; }
   DType type() const { return type_; }
-  size_t bytes() const { return storage_.size(); }
+  size_t bytes() const { return storage_bytes_; }
 
   // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size].
   void store(int layer, int position, int count, const float* keys, const float* values);
@@ -68,8 +70,12 @@ class KvCache {
   int capacity_;
   int padded_capacity_;  // capacity rounded up to whole key blocks
   DType type_;
-  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * padded_capacity_]
-  std::vector<uint8_t> storage_;
+  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * padded_capacity_], in 2 MiB
+  // pages: a decode step touches a few KiB of every head of every layer, a TLB miss per 4 KiB
+  // page otherwise (the weights streamed in between evict every translation).
+  std::unique_ptr<HugePageArena> arena_;
+  uint8_t* storage_ = nullptr;
+  size_t storage_bytes_ = 0;
   // f16 bits [count, kv_size]: an f16 cache's stored keys, converted before they are scattered
   // into their columns.
   std::vector<uint8_t> staging_;

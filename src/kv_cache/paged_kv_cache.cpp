@@ -1,5 +1,6 @@
 #include "kv_cache/paged_kv_cache.h"
 
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -26,26 +27,34 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int n
     return invalid_argument(fmt::format("a KV cache needs blocks: {} blocks of {} tokens",
                                         num_blocks, block_size));
   }
-  const size_t bytes =
-      block_bytes(num_layers, num_kv_heads * head_size, block_size, type) * num_blocks;
-  // Default-initialised: the OS backs the pages only when they are first written.
-  std::unique_ptr<uint8_t[]> storage(new (std::nothrow) uint8_t[bytes]);
-  if (!storage) {
+  const size_t one_block = block_bytes(num_layers, num_kv_heads * head_size, block_size, type);
+  if (one_block > SIZE_MAX / static_cast<size_t>(num_blocks)) {
+    return out_of_range(fmt::format("cannot allocate {} blocks of {} MiB for the KV cache",
+                                    num_blocks, one_block >> 20));
+  }
+  const size_t bytes = one_block * num_blocks;
+  // Mapped, not written: the OS backs the pages only when they are first written.
+  auto arena = std::make_unique<HugePageArena>();
+  uint8_t* storage = arena->try_allocate(bytes);
+  if (storage == nullptr) {
     return out_of_range(fmt::format("cannot allocate {} MiB for the KV cache", bytes >> 20));
   }
-  return std::unique_ptr<PagedKvCache>(new PagedKvCache(
-      num_layers, num_kv_heads, head_size, num_blocks, block_size, type, std::move(storage)));
+  return std::unique_ptr<PagedKvCache>(new PagedKvCache(num_layers, num_kv_heads, head_size,
+                                                        num_blocks, block_size, type,
+                                                        std::move(arena), storage));
 }
 
 PagedKvCache::PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks,
-                           int block_size, DType type, std::unique_ptr<uint8_t[]> storage)
+                           int block_size, DType type, std::unique_ptr<HugePageArena> arena,
+                           uint8_t* storage)
     : num_layers_(num_layers),
       num_kv_heads_(num_kv_heads),
       head_size_(head_size),
       num_blocks_(num_blocks),
       block_size_(block_size),
       type_(type),
-      storage_(std::move(storage)) {}
+      arena_(std::move(arena)),
+      storage_(storage) {}
 
 void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float* keys,
                          const float* values) {
@@ -57,8 +66,8 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
     for (int h = 0; h < num_kv_heads_; ++h) {
       const float* key = keys + i * kv_size + h * head_size_;
       const float* value = values + i * kv_size + h * head_size_;
-      uint8_t* key_out = storage_.get() + head_offset(layer, block, 0, h);
-      uint8_t* value_out = storage_.get() + head_offset(layer, block, 1, h) +
+      uint8_t* key_out = storage_ + head_offset(layer, block, 0, h);
+      uint8_t* value_out = storage_ + head_offset(layer, block, 1, h) +
                            static_cast<size_t>(offset) * head_size_ * element_bytes();
       if (type_ == DType::kF16) {
         uint16_t* key_columns = reinterpret_cast<uint16_t*>(key_out);
@@ -76,8 +85,8 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
 void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
                               float* keys_by_dimension, int64_t key_stride, float* values) const {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
-  const uint8_t* keys_in = storage_.get() + head_offset(layer, block, 0, kv_head);
-  const uint8_t* values_in = storage_.get() + head_offset(layer, block, 1, kv_head);
+  const uint8_t* keys_in = storage_ + head_offset(layer, block, 0, kv_head);
+  const uint8_t* values_in = storage_ + head_offset(layer, block, 1, kv_head);
   const int64_t value_elements = static_cast<int64_t>(count) * head_size_;
   if (type_ == DType::kF16) {
     const uint16_t* key_columns = reinterpret_cast<const uint16_t*>(keys_in);
@@ -99,13 +108,13 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
 const uint16_t* PagedKvCache::f16_keys(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
-  return reinterpret_cast<const uint16_t*>(storage_.get() + head_offset(layer, block, 0, kv_head));
+  return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 0, kv_head));
 }
 
 const uint16_t* PagedKvCache::f16_values(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
-  return reinterpret_cast<const uint16_t*>(storage_.get() + head_offset(layer, block, 1, kv_head));
+  return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 1, kv_head));
 }
 
 }  // namespace tachyon

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "core/dtype.h"
+#include "core/huge_page_arena.h"
 #include "core/status.h"
 
 namespace tachyon {
@@ -53,7 +54,7 @@ class PagedKvCache {
 
  private:
   PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks, int block_size,
-               DType type, std::unique_ptr<uint8_t[]> storage);
+               DType type, std::unique_ptr<HugePageArena> arena, uint8_t* storage);
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
   // Elements of one KV head's keys (or values) in one block.
   int64_t head_elements() const { return static_cast<int64_t>(head_size_) * block_size_; }
@@ -70,8 +71,11 @@ class PagedKvCache {
   int num_blocks_;
   int block_size_;
   DType type_;
-  // f16 or f32 [layers, blocks, 2 (keys, values), kv_heads, head_size × block_size]
-  std::unique_ptr<uint8_t[]> storage_;
+  // f16 or f32 [layers, blocks, 2 (keys, values), kv_heads, head_size × block_size], in 2 MiB
+  // pages (each decode step reads a little of every layer's blocks: with 4 KiB pages, mostly
+  // TLB misses).
+  std::unique_ptr<HugePageArena> arena_;
+  uint8_t* storage_;
 };
 
 }  // namespace tachyon

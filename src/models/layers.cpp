@@ -33,11 +33,13 @@ struct SpanRunState {
     running_sum.resize(static_cast<size_t>(max_tokens) * group);
     accumulator.resize(static_cast<size_t>(max_tokens) * group * head_size);
   }
-  // Empties the state for a new item.
-  void reset() {
-    std::fill(running_max.begin(), running_max.end(), -std::numeric_limits<float>::infinity());
-    std::fill(running_sum.begin(), running_sum.end(), 0.0f);
-    std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+  // Empties the state for a new item of `num_tokens` tokens (only what it will use: a decode
+  // step's items have one token, the buffers room for a prompt's).
+  void reset(int num_tokens) {
+    const size_t rows = static_cast<size_t>(num_tokens) * group;
+    std::fill_n(running_max.begin(), rows, -std::numeric_limits<float>::infinity());
+    std::fill_n(running_sum.begin(), rows, 0.0f);
+    std::fill_n(accumulator.begin(), rows * head_size, 0.0f);
   }
   // Folds one span (keys transposed with stride `span`, values [span, head_size]) into the
   // item's `num_tokens` tokens, whose queries are `q_stride` apart; token i sees visible[i].
@@ -122,7 +124,7 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
   auto attend = [&](SpanRunState& state, int kv_head, int first_row, int rows, int first_token,
                     int item_tokens, const float* head_data) {
     state.size(kTokensPerItem, rows, head_size, kSpan);
-    state.reset();
+    state.reset(item_tokens);
     const int item_positions = start_position + first_token + item_tokens;
     const int64_t offset =
         first_token * q_stride + static_cast<int64_t>(kv_head * group + first_row) * head_size;
@@ -363,7 +365,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       values.resize(static_cast<size_t>(span) * head_size);
     }
     state.size(kTokensPerRun, rows, head_size, span);
-    state.reset();
+    state.reset(run.num_tokens);
     const int64_t offset = run.first_token * q_stride +
                            static_cast<int64_t>(kv_head * group + first_row) * head_size;
     // Positions seen by the run's last token (each token sees itself and everything before).

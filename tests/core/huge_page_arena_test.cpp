@@ -31,5 +31,17 @@ TEST(HugePageArenaTest, AllocationsAreZeroedAlignedAndDisjoint) {
   EXPECT_GE(arena.allocated_bytes(), (size_t{41} << 20) + 4096 + 100 + 1 + 3);
 }
 
+TEST(HugePageArenaTest, TryAllocateReportsWhatCannotBeMapped) {
+  HugePageArena arena;
+  // More than the address space: null, nothing counted, and the arena still hands out memory.
+  EXPECT_EQ(arena.try_allocate(size_t{1} << 60), nullptr);
+  EXPECT_EQ(arena.try_allocate(~size_t{0}), nullptr);
+  EXPECT_EQ(arena.allocated_bytes(), 0u);
+  uint8_t* p = arena.try_allocate(4096);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(std::all_of(p, p + 4096, [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(arena.allocated_bytes(), 4096u);
+}
+
 }  // namespace
 }  // namespace tachyon

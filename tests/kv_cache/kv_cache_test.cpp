@@ -2,12 +2,16 @@
 // whole heads or spans of positions with the keys transposed for the attention kernels.
 #include "kv_cache/kv_cache.h"
 
+#include <string>
+#include <tuple>
+
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/half.h"
+#include "kv_cache/paged_kv_cache.h"
 
 namespace tachyon {
 namespace {
@@ -85,6 +89,23 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
       }
     }
   }
+}
+
+TEST(PagedKvCacheTest, TooLargeACacheIsAnErrorNotACrash) {
+  // 2^30 blocks of 1024 tokens of 8192-wide f16 rows, 80 layers: far more than any machine maps
+  // (~2.9e18 bytes); and 2^31 - 1 blocks of a 64 GiB each, past size_t.
+  for (auto [layers, blocks, block_size] : {std::tuple{80, 1 << 30, 1024},
+                                            std::tuple{4096, 0x7fffffff, 1 << 16}}) {
+    auto cache = PagedKvCache::create(layers, 64, 128, blocks, block_size, DType::kF16);
+    ASSERT_FALSE(cache.ok());
+    EXPECT_EQ(cache.status().code(), StatusCode::kOutOfRange);
+    EXPECT_NE(cache.status().message().find("cannot allocate"), std::string::npos)
+        << cache.status().message();
+  }
+  // A usual one still comes, zeroed where it is read first.
+  auto small = PagedKvCache::create(2, 2, 64, 8, 16, DType::kF16);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  EXPECT_EQ((*small)->f16_keys(1, 7, 1)[0], 0);
 }
 
 }  // namespace

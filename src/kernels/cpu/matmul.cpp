@@ -240,10 +240,14 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
   // only read them.
   thread_local ActivationScratch q8_scratch;
   thread_local ActivationScratch k_scratch;
-  thread_local std::vector<MatmulJob> jobs_storage;
-  std::vector<MatmulJob>& jobs = jobs_storage;
-  jobs.clear();
-  jobs.reserve(products.size());  // q8_done and k_done point into it
+  // The jobs live on the stack (hot in cache; a thread-local vector's lines are cold after the
+  // weights stream through) unless there are more than a layer's few products.
+  constexpr size_t kStackJobs = 4;
+  MatmulJob stack_jobs[kStackJobs];
+  thread_local std::vector<MatmulJob> many_jobs;
+  if (products.size() > kStackJobs) many_jobs.resize(products.size());
+  MatmulJob* const jobs = products.size() > kStackJobs ? many_jobs.data() : stack_jobs;
+  size_t num_jobs = 0;
   const MatmulJob* q8_done = nullptr;
   const MatmulJob* k_done = nullptr;
   for (const MatmulProduct& product : products) {
@@ -274,17 +278,19 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
         job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
       }
     }
-    jobs.push_back(job);
-    if (job.k_path && k_done == nullptr) k_done = &jobs.back();
-    if (!job.k_path && reference::has_q8_dot(w.type) && q8_done == nullptr) q8_done = &jobs.back();
+    jobs[num_jobs] = job;
+    if (job.k_path && k_done == nullptr) k_done = &jobs[num_jobs];
+    if (!job.k_path && reference::has_q8_dot(w.type) && q8_done == nullptr) {
+      q8_done = &jobs[num_jobs];
+    }
+    ++num_jobs;
   }
   // One pass over the pool for all of them: each thread takes its share of every matrix, the
   // shares following the threads' recent speeds (ThreadBalance). Which thread computes a row
   // does not change its result.
   thread_local ThreadBalance balance;
   if (balance.num_threads() != pool.num_threads()) balance = ThreadBalance(pool.num_threads());
-  const MatmulJob* job_list = jobs.data();
-  const size_t num_jobs = jobs.size();
+  const MatmulJob* job_list = jobs;
   ThreadBalance* shares = &balance;
   // Each thread's time counts from the run's start, so a worker's wake-up delay is part of what
   // the balance evens out (it matters for the small products of a small model's decode step).
