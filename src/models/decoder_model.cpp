@@ -196,9 +196,30 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens,
 
   embed(tokens, w.residual.data());
   for (int i = 0; i < config_.num_layers; ++i) {
-    attention_block(weights_.layers[i], i, num_tokens, store_and_attend, pool);
+    attention_block(weights_.layers[i], i, num_tokens, i > 0, store_and_attend, pool);
     feed_forward_block(weights_.layers[i], num_tokens, pool);
   }
+  add_residual(num_tokens, pool);  // the last feed-forward block's output
+}
+
+void DecoderModel::add_and_normalize(const float* weight, bool add_projected, int num_tokens,
+                                     ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int hidden = config_.hidden_size;
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      float* residual = w.residual.data() + static_cast<int64_t>(t) * hidden;
+      const float* projected = w.projected.data() + static_cast<int64_t>(t) * hidden;
+      float* normed = w.normed.data() + static_cast<int64_t>(t) * hidden;
+      if (add_projected && numerics_ != Numerics::kLlamaCpp) {
+        kernels::add_rms_norm(residual, projected, weight, hidden, config_.rms_norm_epsilon,
+                              normed);
+      } else {
+        if (add_projected) add_in_place(residual, projected, hidden);
+        normalize(residual, weight, hidden, normed);
+      }
+    }
+  });
 }
 
 void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>& logits,
@@ -218,17 +239,12 @@ void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>&
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
+                                   bool add_projected,
                                    FunctionRef<void(int layer)> store_and_attend,
                                    ThreadPool& pool) {
   Workspace& w = workspace_;
-  const int hidden = config_.hidden_size;
   const int head_size = config_.head_size;
-  for_token_ranges(num_tokens, pool, [&](int first, int end) {
-    for (int t = first; t < end; ++t) {
-      normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.attention_norm,
-                hidden, w.normed.data() + static_cast<int64_t>(t) * hidden);
-    }
-  });
+  add_and_normalize(layer.attention_norm, add_projected, num_tokens, pool);
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
   multiply(qkv, w.normed.data(), num_tokens, pool);
@@ -263,7 +279,6 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
 
   const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
   multiply(output, w.attention.data(), num_tokens, pool);
-  add_residual(num_tokens, pool);
 }
 
 void DecoderModel::add_residual(int num_tokens, ThreadPool& pool) {
@@ -277,32 +292,33 @@ void DecoderModel::add_residual(int num_tokens, ThreadPool& pool) {
 
 void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
-  const int hidden = config_.hidden_size;
-  for_token_ranges(num_tokens, pool, [&](int first, int end) {
-    for (int t = first; t < end; ++t) {
-      normalize(w.residual.data() + static_cast<int64_t>(t) * hidden, layer.ffn_norm, hidden,
-                w.normed.data() + static_cast<int64_t>(t) * hidden);
-    }
-  });
+  add_and_normalize(layer.ffn_norm, true, num_tokens, pool);
   const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
                                              {&layer.up, w.up.data()}};
-  multiply(gate_up, w.normed.data(), num_tokens, pool);
   const int64_t ffn_size = config_.ffn_size;
-  for_token_ranges(num_tokens, pool, [&](int first, int end) {
-    if (numerics_ == Numerics::kLlamaCpp) {
+  if (numerics_ == Numerics::kLlamaCpp) {
+    multiply(gate_up, w.normed.data(), num_tokens, pool);
+    for_token_ranges(num_tokens, pool, [&](int first, int end) {
       // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
       for (int t = first; t < end; ++t) {
         kernels::llamacpp::swiglu(w.gate.data() + t * ffn_size, w.up.data() + t * ffn_size,
                                   ffn_size, w.gate.data() + t * ffn_size);
       }
-    } else {
-      swiglu(w.gate.data() + first * ffn_size, w.up.data() + first * ffn_size,
-             (end - first) * ffn_size, w.gate.data() + first * ffn_size);
-    }
-  });
+    });
+  } else {
+    // SwiGLU by each thread over the gate and up rows it has just computed (element-wise, so
+    // the same bits as over whole rows), while they are in its cache and without a serial step.
+    auto swiglu_rows = [&](int64_t begin, int64_t end) {
+      for (int t = 0; t < num_tokens; ++t) {
+        float* gate = w.gate.data() + t * ffn_size + begin;
+        swiglu(gate, w.up.data() + t * ffn_size + begin, end - begin, gate);
+      }
+    };
+    const kernels::RowEpilogue epilogue(swiglu_rows);
+    kernels::matmul_many(gate_up, w.normed.data(), num_tokens, pool, &epilogue);
+  }
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
   multiply(down, w.gate.data(), num_tokens, pool);
-  add_residual(num_tokens, pool);
 }
 
 }  // namespace tachyon

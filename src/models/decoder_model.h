@@ -84,9 +84,16 @@ class DecoderModel {
   void run_layers(std::span<const TokenIndex> tokens, FunctionRef<void(int layer)> store_and_attend,
                   ThreadPool& pool);
   void project_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
+  // Each block starts by adding the previous block's output (workspace_.projected) into the
+  // residual stream, fused with its input norm (except the first layer's attention block,
+  // which has nothing to add), and ends with its output in workspace_.projected.
   void attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
-                       FunctionRef<void(int layer)> store_and_attend, ThreadPool& pool);
+                       bool add_projected, FunctionRef<void(int layer)> store_and_attend,
+                       ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token.
+  void add_and_normalize(const float* weight, bool add_projected, int num_tokens,
+                         ThreadPool& pool);
   // The operations whose arithmetic `numerics_` chooses.
   void normalize(const float* x, const float* weight, int size, float* out) const;
   void multiply(std::span<const kernels::MatmulProduct> products, const float* x,

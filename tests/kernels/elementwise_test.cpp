@@ -36,6 +36,24 @@ TEST(ElementwiseKernelTest, RmsNormMatchesReference) {
   }
 }
 
+TEST(ElementwiseKernelTest, AddRmsNormIsAddThenRmsNormBitForBit) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (int size : {1, 7, 15, 16, 17, 576, 2048, 2049}) {
+    std::vector<float> x(size), y(size), weight(size);
+    for (float& v : x) v = normal(rng) * 30.0f;
+    for (float& v : y) v = normal(rng);
+    for (float& v : weight) v = 1.0f + 0.1f * normal(rng);
+    std::vector<float> separate = x, separate_out(size);
+    kernels::add_in_place(separate.data(), y.data(), size);
+    kernels::rms_norm(separate.data(), weight.data(), size, 1e-5f, separate_out.data());
+    std::vector<float> fused = x, fused_out(size);
+    kernels::add_rms_norm(fused.data(), y.data(), weight.data(), size, 1e-5f, fused_out.data());
+    EXPECT_EQ(fused, separate) << size;  // the residual, updated
+    EXPECT_EQ(fused_out, separate_out) << size;
+  }
+}
+
 TEST(ElementwiseKernelTest, SwigluAndAddMatchReference) {
   std::mt19937 rng(8);
   std::normal_distribution<float> normal;

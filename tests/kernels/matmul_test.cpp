@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -616,6 +617,56 @@ TEST(MatmulTest, ManyProductsMatchSeparateProducts) {
             << dtype_name(types[i]) << " level " << kernel_level_name(level) << " tokens "
             << tokens;
       }
+    }
+  }
+}
+
+// The epilogue sees each thread's finished rows once: disjoint ranges starting at multiples of
+// 16 that cover every row, the products' values already final there (at every level,
+// including the reference, which calls it once for all rows).
+TEST(MatmulTest, EpilogueRunsOnEachThreadsFinishedRows) {
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  const int64_t cols = 256;
+  const int64_t rows = 72;  // not a multiple of 16
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<WeightMatrix> matrices;
+  for (DType type : {DType::kQ4_0, DType::kQ4_K}) {
+    storage.push_back(random_weights(type, rows, cols, rng));
+    matrices.push_back(WeightMatrix{type, storage.back().data(), rows, cols});
+  }
+  std::vector<KernelLevel> levels = simd_levels();
+  levels.push_back(KernelLevel::kReference);
+  for (KernelLevel level : levels) {
+    for (int64_t tokens : {1, 3, 40}) {
+      const std::vector<float> x = random_activations(tokens, cols, rng);
+      std::vector<float> first(static_cast<size_t>(tokens * rows), NAN);
+      std::vector<float> second(first.size(), NAN);
+      const MatmulProduct products[] = {{&matrices[0], first.data()},
+                                        {&matrices[1], second.data()}};
+      // What each row held when the epilogue saw it (both products), and how often it was seen.
+      std::vector<float> seen(2 * first.size(), NAN);
+      std::vector<int> calls(rows, 0);
+      std::mutex mutex;
+      auto record = [&](int64_t begin, int64_t end) {
+        std::lock_guard<std::mutex> lock(mutex);
+        EXPECT_EQ(begin % 16, 0);
+        EXPECT_LT(begin, end);
+        for (int64_t r = begin; r < end; ++r) {
+          ++calls[r];
+          for (int64_t t = 0; t < tokens; ++t) {
+            seen[t * rows + r] = first[t * rows + r];
+            seen[first.size() + t * rows + r] = second[t * rows + r];
+          }
+        }
+      };
+      const RowEpilogue epilogue(record);
+      matmul_many_at_level(level, products, x.data(), tokens, pool, &epilogue);
+      EXPECT_EQ(calls, std::vector<int>(rows, 1)) << kernel_level_name(level);
+      std::vector<float> final_values = first;
+      final_values.insert(final_values.end(), second.begin(), second.end());
+      EXPECT_EQ(0, std::memcmp(seen.data(), final_values.data(), seen.size() * sizeof(float)))
+          << kernel_level_name(level) << " tokens " << tokens;
     }
   }
 }

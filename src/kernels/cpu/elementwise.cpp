@@ -8,8 +8,13 @@
 
 namespace tachyon::kernels {
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void rms_norm(
-    const float* x, const float* weight, int size, float eps, float* out) {
+namespace {
+
+// rms_norm, with y added to x first (kAdd) in the same pass that sums the squares.
+template <bool kAdd>
+__attribute__((always_inline)) inline void rms_norm_after(float* x, const float* y,
+                                                          const float* weight, int size,
+                                                          float eps, float* out) {
   // The sum of squares in double, as llama.cpp does: long rows lose nothing to rounding. In 16
   // independent lanes (two vectors of doubles), so that it runs at the adder's throughput
   // instead of one add's latency per value (a decode step normalizes every layer's input on
@@ -18,15 +23,34 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void rms_norm(
   double lanes[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= size; i += kLanes) {
+    if constexpr (kAdd) {
+      for (int k = 0; k < kLanes; ++k) x[i + k] += y[i + k];
+    }
     for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[i + k]) * x[i + k];
   }
-  for (int k = 0; i < size; ++i, ++k) lanes[k] += static_cast<double>(x[i]) * x[i];
+  for (int k = 0; i < size; ++i, ++k) {
+    if constexpr (kAdd) x[i] += y[i];
+    lanes[k] += static_cast<double>(x[i]) * x[i];
+  }
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
   }
   const double sum_squares = lanes[0];
   const float inverse_rms = 1.0f / std::sqrt(static_cast<float>(sum_squares / size) + eps);
   for (int i = 0; i < size; ++i) out[i] = x[i] * inverse_rms * weight[i];
+}
+
+}  // namespace
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void rms_norm(
+    const float* x, const float* weight, int size, float eps, float* out) {
+  // x is only read when nothing is added.
+  rms_norm_after<false>(const_cast<float*>(x), nullptr, weight, size, eps, out);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void add_rms_norm(
+    float* x, const float* y, const float* weight, int size, float eps, float* out) {
+  rms_norm_after<true>(x, y, weight, size, eps, out);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu(const float* gate,

@@ -9,6 +9,11 @@ namespace tachyon::kernels {
 // out = x / sqrt(mean(x²) + eps) * weight. x, weight, out: f32 [size]; out may be x.
 void rms_norm(const float* x, const float* weight, int size, float eps, float* out);
 
+// x += y, then out = rms_norm(x, weight): a residual add and the next norm in one pass over
+// the row (the same bits as add_in_place then rms_norm). x, y, weight, out: f32 [size].
+void add_rms_norm(float* x, const float* y, const float* weight, int size, float eps,
+                  float* out);
+
 // out = silu(gate) * up (SwiGLU). gate, up, out: f32 [size]; out may be gate.
 void swiglu(const float* gate, const float* up, int64_t size, float* out);
 

@@ -232,8 +232,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 }
 
 void matmul_many(std::span<const MatmulProduct> products, const float* x, int64_t num_tokens,
-                 ThreadPool& pool) {
-  matmul_many_at_level(active_kernel_level(), products, x, num_tokens, pool);
+                 ThreadPool& pool, const RowEpilogue* epilogue) {
+  matmul_many_at_level(active_kernel_level(), products, x, num_tokens, pool, epilogue);
 }
 
 void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
@@ -243,7 +243,8 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, i
 }
 
 void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> products,
-                          const float* x, int64_t num_tokens, ThreadPool& pool) {
+                          const float* x, int64_t num_tokens, ThreadPool& pool,
+                          const RowEpilogue* epilogue) {
   TACHYON_CHECK(kernel_level_available(level));
   TACHYON_CHECK(num_tokens >= 0);
   for (const MatmulProduct& product : products) {
@@ -251,6 +252,7 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
     TACHYON_CHECK(matmul_supports(w.type));
     TACHYON_CHECK(w.rows >= 0 && w.cols >= 0);
     TACHYON_CHECK(w.cols == products[0].w->cols);
+    TACHYON_CHECK(epilogue == nullptr || w.rows == products[0].w->rows);
     TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
   }
   if (products.empty() || num_tokens == 0) return;
@@ -263,6 +265,7 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
                                               product.y);
       TACHYON_CHECK(status.ok());
     }
+    if (epilogue != nullptr && products[0].w->rows > 0) (*epilogue)(0, products[0].w->rows);
     return;
   }
 
@@ -325,15 +328,17 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
   // Each thread's time counts from the run's start, so a worker's wake-up delay is part of what
   // the balance evens out (it matters for the small products of a small model's decode step).
   const auto start = std::chrono::steady_clock::now();
-  pool.run([job_list, num_jobs, shares, start](int index, int) {
+  pool.run([job_list, num_jobs, shares, start, epilogue](int index, int) {
     double bytes = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
     for (size_t j = 0; j < num_jobs; ++j) {
-      int64_t begin = 0;
-      int64_t end = 0;
       shares->split(job_list[j].w->rows, kPanelRows, index, &begin, &end);
       matmul_range(job_list[j], begin, end);
       bytes += static_cast<double>(end - begin) * static_cast<double>(job_list[j].w->row_bytes());
     }
+    // Every product has the same rows here, so [begin, end) is this thread's part of each.
+    if (epilogue != nullptr && begin < end) (*epilogue)(begin, end);
     const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
     shares->record(index, bytes, seconds.count());
   });

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/function_ref.h"
 #include "core/thread_pool.h"
 
 namespace tachyon::kernels {
@@ -57,9 +58,15 @@ struct MatmulProduct {
   const WeightMatrix* w;
   float* y;  // f32 [num_tokens, w->rows]
 };
+// `epilogue`, if given, runs on each thread right after it computed its rows of every product,
+// as epilogue(row_begin, row_end) (all products then have the same rows, CHECKed), while they
+// are still in its cache: e.g. SwiGLU over a layer's gate and up rows. The thread's ranges
+// are disjoint and cover [0, rows); each starts at a multiple of 16.
+using RowEpilogue = FunctionRef<void(int64_t row_begin, int64_t row_end)>;
 void matmul_many(std::span<const MatmulProduct> products, const float* x, int64_t num_tokens,
-                 ThreadPool& pool);
+                 ThreadPool& pool, const RowEpilogue* epilogue = nullptr);
 void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> products,
-                          const float* x, int64_t num_tokens, ThreadPool& pool);
+                          const float* x, int64_t num_tokens, ThreadPool& pool,
+                          const RowEpilogue* epilogue = nullptr);
 
 }  // namespace tachyon::kernels
