@@ -35,10 +35,12 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
     return;
   }
   const int64_t qs_bytes = w.type == DType::kQ8_0 ? 32 : 16;
-  const int64_t source_block_bytes = (w.type == DType::kQ4_1 ? 4 : 2) + qs_bytes;
-  const int64_t qs_offset = source_block_bytes - qs_bytes;  // after d (and m)
+  const bool has_m = w.type == DType::kQ4_1 || w.type == DType::kQ5_1;
+  const bool has_qh = w.type == DType::kQ5_0 || w.type == DType::kQ5_1;
+  // Source blocks: d, (m), (qh), qs.
+  const int64_t source_block_bytes = (has_m ? 4 : 2) + (has_qh ? 4 : 0) + qs_bytes;
+  const int64_t qs_offset = source_block_bytes - qs_bytes;
   const int64_t scales = repacked_scales_offset(w.type);
-  const bool has_m = w.type == DType::kQ4_1;
   const size_t row_bytes = w.row_bytes();
 
   for (int64_t t = 0; t < tiles; ++t) {
@@ -50,6 +52,9 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
         const uint8_t* source = w.data + row * row_bytes + b * source_block_bytes;
         for (int p = 0; p < qs_bytes / 4; ++p) {
           std::memcpy(block + p * 64 + r * 4, source + qs_offset + 4 * p, 4);
+        }
+        if (has_qh) {
+          std::memcpy(block + kRepackedHighBitsOffset + r * 4, source + qs_offset - 4, 4);
         }
         std::memcpy(block + scales + r * 2, source, 2);                    // d
         if (has_m) std::memcpy(block + scales + 32 + r * 2, source + 2, 2);  // m

@@ -1,4 +1,4 @@
-// Q4_0, Q4_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the layout the
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the layout the
 // SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces of 8 rows
 // for the 16-bit floats), so that decoding streams each thread's rows as one sequential run
 // instead of gathering short rows (and, for the quantized types, transposing their blocks) on
@@ -7,11 +7,12 @@
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
 // with zero blocks); its blocks of 32 columns follow each other, repacked_block_bytes(type)
 // apart. Block b of a Q4_0/Q4_1/Q8_0 tile (T = 16: one 512-bit vector holds a dword of each row):
-//   q  Q4_0/Q4_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row r's qs, i.e.
-//      values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
+//   q  Q4_0/Q4_1/Q5_0/Q5_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row
+//      r's qs, i.e. values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
 //      Q8_0: 8 x 64 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
+//   qh 64 bytes (Q5_0/Q5_1 only): lane r = row r's qh (bit i: the fifth bit of value i)
 //   d  16 x f16: the rows' scales
-//   m  16 x f16: the rows' offsets (Q4_1 only)
+//   m  16 x f16: the rows' offsets (Q4_1 and Q5_1 only)
 // so the 256-bit half h of each vector (and d[8h..8h+7], m[8h..8h+7]) is the same block of the
 // 8 rows 8h..8h+7 alone: AVX2 reads a tile as two 8-row groups.
 // F16/BF16 (T = 8; 32 values per block): 2 pieces of 16 columns, each 8 x 32 bytes: row r's
@@ -37,14 +38,21 @@ constexpr int repacked_tile_rows(DType type) {
 constexpr int64_t repacked_block_bytes(DType type) {
   return type == DType::kQ4_0   ? 16 * 16 + 32
          : type == DType::kQ4_1 ? 16 * 16 + 64
+         : type == DType::kQ5_0 ? 16 * 16 + 64 + 32
+         : type == DType::kQ5_1 ? 16 * 16 + 64 + 64
          : type == DType::kQ8_0 ? 16 * 32 + 32
          : type == DType::kF16 || type == DType::kBF16 ? 8 * 32 * 2
                                 : 0;
 }
 // F16/BF16: bytes of one 16-column piece of a tile (8 rows x 16 values).
 inline constexpr int64_t kRepackedPieceBytes = 8 * 16 * 2;
-// Offset of the 16 scales (f16) in a repacked quantized block; the offsets (Q4_1) follow them.
-constexpr int64_t repacked_scales_offset(DType type) { return type == DType::kQ8_0 ? 512 : 256; }
+// Offset of the 16 scales (f16) in a repacked quantized block; the offsets (Q4_1, Q5_1) follow
+// them.
+constexpr int64_t repacked_scales_offset(DType type) {
+  return type == DType::kQ8_0 ? 512 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 320 : 256;
+}
+// Offset of the 16 rows' high bits (Q5_0, Q5_1: one dword per row, lane r = row r's qh).
+inline constexpr int64_t kRepackedHighBitsOffset = 256;
 
 class RepackedWeights {
  public:
