@@ -1,12 +1,13 @@
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the layout the
-// SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces of 8 rows
-// for the 16-bit floats), so that decoding streams each thread's rows as one sequential run
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the
+// layout the SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces
+// of 8 rows for the 16-bit floats), so that decoding streams each thread's rows as one run
 // instead of gathering short rows (and, for the quantized types, transposing their blocks) on
 // every call. Same bytes per weight as the file; results are bit for bit the same.
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
 // with zero blocks); its blocks of 32 columns follow each other, repacked_block_bytes(type)
-// apart. Block b of a Q4_0/Q4_1/Q8_0 tile (T = 16: one 512-bit vector holds a dword of each row):
+// apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a 512-bit vector holds a dword
+// of each row):
 //   q  Q4_0/Q4_1/Q5_0/Q5_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row
 //      r's qs, i.e. values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
 //      Q8_0: 8 x 64 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
@@ -26,7 +27,7 @@
 
 namespace tachyon::kernels {
 
-inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q8_0
+inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 inline constexpr int kRepackedFloatTileRows = 8;   // F16, BF16
 
 constexpr int repacked_tile_rows(DType type) {
