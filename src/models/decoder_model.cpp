@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "kernels/cpu/llamacpp_arithmetic.h"
 #include "kernels/reference/dequantize.h"
 #include "models/layers.h"
@@ -202,10 +203,18 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens,
   add_residual(num_tokens, pool);  // the last feed-forward block's output
 }
 
-void DecoderModel::add_and_normalize(const float* weight, bool add_projected, int num_tokens,
-                                     ThreadPool& pool) {
+void DecoderModel::add_and_normalize(const float* weight, bool add_projected,
+                                     std::span<const kernels::MatmulProduct> consumers,
+                                     int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
   const int hidden = config_.hidden_size;
+  // Native numerics quantize each row for its consumers while it is in cache (the same bits as
+  // matmul_many quantizing the whole batch later, without that pass and its round of the pool).
+  kernels::MatmulInput* input = nullptr;
+  if (numerics_ == Numerics::kNative) {
+    input = &w.normed_input;
+    input->prepare(kernels::active_kernel_level(), consumers, w.normed.data(), num_tokens);
+  }
   for_token_ranges(num_tokens, pool, [&](int first, int end) {
     for (int t = first; t < end; ++t) {
       float* residual = w.residual.data() + static_cast<int64_t>(t) * hidden;
@@ -218,8 +227,19 @@ void DecoderModel::add_and_normalize(const float* weight, bool add_projected, in
         if (add_projected) add_in_place(residual, projected, hidden);
         normalize(residual, weight, hidden, normed);
       }
+      if (input != nullptr) input->quantize_rows(t, t + 1);
     }
   });
+}
+
+void DecoderModel::multiply_normed(std::span<const kernels::MatmulProduct> products,
+                                   int num_tokens, ThreadPool& pool,
+                                   const kernels::RowEpilogue* epilogue) {
+  if (numerics_ == Numerics::kLlamaCpp) {
+    TACHYON_CHECK(epilogue == nullptr);
+    return multiply(products, workspace_.normed.data(), num_tokens, pool);
+  }
+  kernels::matmul_many(products, workspace_.normed_input, pool, epilogue);
 }
 
 void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>& logits,
@@ -230,12 +250,18 @@ void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>&
   const int count = static_cast<int>(rows.size());
   logits.resize(static_cast<size_t>(count) * config_.vocab_size);
   if (count == 0) return;
+  const kernels::MatmulProduct output[] = {{&weights_.output, logits.data()}};
+  kernels::MatmulInput* input = nullptr;
+  if (numerics_ == Numerics::kNative) {
+    input = &w.normed_input;
+    input->prepare(kernels::active_kernel_level(), output, w.normed.data(), count);
+  }
   for (int i = 0; i < count; ++i) {
     normalize(w.residual.data() + rows[i] * hidden, weights_.output_norm,
               static_cast<int>(hidden), w.normed.data() + i * hidden);
+    if (input != nullptr) input->quantize_rows(i, i + 1);
   }
-  const kernels::MatmulProduct output[] = {{&weights_.output, logits.data()}};
-  multiply(output, w.normed.data(), count, pool);
+  multiply_normed(output, count, pool);
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
@@ -244,10 +270,10 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
                                    ThreadPool& pool) {
   Workspace& w = workspace_;
   const int head_size = config_.head_size;
-  add_and_normalize(layer.attention_norm, add_projected, num_tokens, pool);
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
-  multiply(qkv, w.normed.data(), num_tokens, pool);
+  add_and_normalize(layer.attention_norm, add_projected, qkv, num_tokens, pool);
+  multiply_normed(qkv, num_tokens, pool);
   if (config_.qkv_bias) {
     add_bias(w.query.data(), layer.query_bias, num_tokens, config_.q_size());
     add_bias(w.key.data(), layer.key_bias, num_tokens, config_.kv_size());
@@ -292,12 +318,12 @@ void DecoderModel::add_residual(int num_tokens, ThreadPool& pool) {
 
 void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
-  add_and_normalize(layer.ffn_norm, true, num_tokens, pool);
   const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
                                              {&layer.up, w.up.data()}};
+  add_and_normalize(layer.ffn_norm, true, gate_up, num_tokens, pool);
   const int64_t ffn_size = config_.ffn_size;
   if (numerics_ == Numerics::kLlamaCpp) {
-    multiply(gate_up, w.normed.data(), num_tokens, pool);
+    multiply_normed(gate_up, num_tokens, pool);
     for_token_ranges(num_tokens, pool, [&](int first, int end) {
       // Row by row: llama.cpp's vectorised part of each row ends at a multiple of 16.
       for (int t = first; t < end; ++t) {
@@ -315,7 +341,7 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
       }
     };
     const kernels::RowEpilogue epilogue(swiglu_rows);
-    kernels::matmul_many(gate_up, w.normed.data(), num_tokens, pool, &epilogue);
+    multiply_normed(gate_up, num_tokens, pool, &epilogue);
   }
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
   multiply(down, w.gate.data(), num_tokens, pool);

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "core/function_ref.h"
+#include "kernels/cpu/matmul_input.h"
 #include "kv_cache/kv_cache.h"
 #include "kv_cache/paged_kv_cache.h"
 #include "model_files/gguf_file.h"
@@ -65,6 +66,9 @@ class DecoderModel {
   struct Workspace {
     std::vector<float> residual;   // f32 [tokens, hidden]
     std::vector<float> normed;     // f32 [tokens, hidden]
+    // `normed` as the products after a norm read it: each row quantized right after its norm
+    // (native numerics only).
+    kernels::MatmulInput normed_input;
     std::vector<float> query;      // f32 [tokens, q_size]
     std::vector<float> key;        // f32 [tokens, kv_size]
     std::vector<float> value;      // f32 [tokens, kv_size]
@@ -91,13 +95,19 @@ class DecoderModel {
                        bool add_projected, FunctionRef<void(int layer)> store_and_attend,
                        ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
-  // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token.
-  void add_and_normalize(const float* weight, bool add_projected, int num_tokens,
+  // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token,
+  // each row quantized right away for `consumers` (the products that read it next).
+  void add_and_normalize(const float* weight, bool add_projected,
+                         std::span<const kernels::MatmulProduct> consumers, int num_tokens,
                          ThreadPool& pool);
   // The operations whose arithmetic `numerics_` chooses.
   void normalize(const float* x, const float* weight, int size, float* out) const;
   void multiply(std::span<const kernels::MatmulProduct> products, const float* x,
                 int num_tokens, ThreadPool& pool) const;
+  // The products of workspace_.normed that add_and_normalize prepared it for; `epilogue` as in
+  // kernels::matmul_many (native numerics only, else null).
+  void multiply_normed(std::span<const kernels::MatmulProduct> products, int num_tokens,
+                       ThreadPool& pool, const kernels::RowEpilogue* epilogue = nullptr);
   void rotate(float* heads, int num_heads, const float* cos_row, const float* sin_row) const;
   // body(first, end) over consecutive token ranges covering [0, num_tokens): one per thread
   // for a prompt, so element-wise work does not leave a core idle; inline for a few tokens,

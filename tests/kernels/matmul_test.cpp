@@ -3,6 +3,7 @@
 // dequantized weights with the unquantized activations (loose, bounded by the 8-bit rounding of
 // the activations).
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_input.h"
 #include "kernels/cpu/repacked_weights.h"
 
 #include <gtest/gtest.h>
@@ -619,6 +620,63 @@ TEST(MatmulTest, ManyProductsMatchSeparateProducts) {
       }
     }
   }
+}
+
+// An input quantized row by row as its rows are written (in any order, from several threads)
+// gives every product the same bits as matmul_many quantizing x itself, at every level; and it
+// serves only the formats and width it was prepared for.
+TEST(MatmulInputTest, RowByRowQuantizationGivesTheSameProducts) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  const int64_t cols = 768;  // three 256-value blocks
+  const DType types[] = {DType::kQ4_0, DType::kQ5_K, DType::kBF16, DType::kQ8_0};
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<WeightMatrix> matrices;
+  for (DType type : types) {
+    storage.push_back(random_weights(type, 24, cols, rng));
+    matrices.push_back(WeightMatrix{type, storage.back().data(), 24, cols});
+  }
+  std::vector<KernelLevel> levels = simd_levels();
+  levels.push_back(KernelLevel::kReference);
+  MatmulInput input;  // reused across shapes, as a model's workspace reuses it
+  for (KernelLevel level : levels) {
+    for (int64_t tokens : {1, 5, 33}) {
+      const std::vector<float> x = random_activations(tokens, cols, rng);
+      std::vector<float> rows(x.size(), NAN);  // written row by row, last row first
+      std::vector<MatmulProduct> products;
+      std::vector<std::vector<float>> prepared(matrices.size());
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        prepared[i].assign(static_cast<size_t>(tokens * 24), NAN);
+        products.push_back({&matrices[i], prepared[i].data()});
+      }
+      input.prepare(level, products, rows.data(), tokens);
+      pool.run([&](int thread, int threads) {
+        for (int64_t t = tokens - 1 - thread; t >= 0; t -= threads) {
+          std::memcpy(rows.data() + t * cols, x.data() + t * cols, cols * sizeof(float));
+          input.quantize_rows(t, t + 1);
+        }
+      });
+      matmul_many(products, input, pool);
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        std::vector<float> direct(prepared[i].size(), NAN);
+        matmul_at_level(level, matrices[i], x.data(), tokens, direct.data(), pool);
+        EXPECT_EQ(0, std::memcmp(direct.data(), prepared[i].data(), direct.size() * sizeof(float)))
+            << dtype_name(types[i]) << " level " << kernel_level_name(level) << " tokens "
+            << tokens;
+      }
+    }
+  }
+  // Prepared for Q4_0 alone: serves other 32-block and f32 weights of that width, not K-quants
+  // (their 256-value blocks were never quantized) and not another width.
+  if (simd_levels().empty()) return;  // the reference level's oracle quantizes for itself
+  const MatmulProduct q4_0[] = {{&matrices[0], nullptr}};
+  input.prepare(simd_levels().back(), q4_0, nullptr, 0);
+  EXPECT_TRUE(input.serves(matrices[0]));
+  EXPECT_TRUE(input.serves(matrices[3]));
+  EXPECT_TRUE(input.serves(matrices[2]));
+  EXPECT_FALSE(input.serves(matrices[1]));
+  const WeightMatrix narrower{DType::kQ4_0, storage[0].data(), 24, 256};
+  EXPECT_FALSE(input.serves(narrower));
 }
 
 // The epilogue sees each thread's finished rows once: disjoint ranges starting at multiples of

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/matmul_input.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/thread_balance.h"
 #include "kernels/reference/dequantize.h"
@@ -29,76 +30,23 @@ KernelLevel best_level() {
   return KernelLevel::kReference;
 }
 
-// Tokens per quantization job: below this, one thread quantizes (a decode step's few hundred
-// values take well under a microsecond, less than waking the pool).
-constexpr int64_t kQuantizeGrainTokens = 8;
-
-// Buffers that only grow, so steady-state calls allocate nothing.
-struct ActivationScratch {
-  std::vector<int8_t> qs;
-  std::vector<float> d;
-  std::vector<float> s;
-  std::vector<int16_t> bsums;  // 256-block activations only
-};
-
 template <typename T>
 T* grown(std::vector<T>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
   return buffer.data();
 }
 
-// Everything a worker needs, in one struct that the pool's jobs reach through one pointer.
+// Everything a worker needs for one product, reached through one pointer.
 struct MatmulJob {
   KernelLevel level;
   const WeightMatrix* w;
   const float* x;
   int64_t num_tokens;
   float* y;
-  reference::Q8Activations acts;
-  // K-quant weights (k_path): activations in blocks of 256 instead of `acts`.
-  bool k_path;
-  reference::Q8KActivations k_acts;
-  // Quantization job (used before the matmul job).
-  int8_t* qs;
-  float* d;
-  float* s;
-  int16_t* bsums;
+  bool k_path;  // K-quant weights: reads k_acts (256-value blocks), else acts
+  const reference::Q8Activations* acts;
+  const reference::Q8KActivations* k_acts;
 };
-
-void quantize_range(const MatmulJob& job, int64_t t_begin, int64_t t_end) {
-  if (t_begin >= t_end) return;
-  const int64_t cols = job.w->cols;
-  if (job.k_path) {
-    const int64_t k_blocks = cols / reference::kQ8KBlock;
-    const int64_t groups = cols / reference::kQ8KSumGroup;
-    const float* xk = job.x + t_begin * cols;
-    int8_t* qk = job.qs + t_begin * cols;
-    float* dk = job.d + t_begin * k_blocks;
-    int16_t* sums = job.bsums + t_begin * groups;
-    const int64_t count = t_end - t_begin;
-    if (job.level == KernelLevel::kAvx512) {
-      return avx512::quantize_activations_k(xk, count, cols, qk, dk, sums);
-    }
-    if (job.level == KernelLevel::kAvx2)
-      return avx2::quantize_activations_k(xk, count, cols, qk, dk, sums);
-    return reference::quantize_activations_q8_k(xk, count, cols, qk, dk, sums);
-  }
-  const int64_t blocks = cols / reference::kQ8Block;
-  const float* x = job.x + t_begin * cols;
-  int8_t* qs = job.qs + t_begin * cols;
-  float* d = job.d + t_begin * blocks;
-  float* s = job.s + t_begin * blocks;
-  const int64_t n = t_end - t_begin;
-  switch (job.level) {
-    case KernelLevel::kAvx512:
-      return avx512::quantize_activations(x, n, cols, qs, d, s);
-    case KernelLevel::kAvx2:
-      return avx2::quantize_activations(x, n, cols, qs, d, s);
-    case KernelLevel::kReference:
-      return reference::quantize_activations_q8(x, n, cols, qs, d, s);
-  }
-}
-
 
 void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
@@ -106,40 +54,18 @@ void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols, job.num_tokens));
   if (job.k_path) {
     if (job.level == KernelLevel::kAvx512) {
-      avx512::matmul_rows_k(*job.w, job.k_acts, job.y, row_begin, row_end, scratch);
+      avx512::matmul_rows_k(*job.w, *job.k_acts, job.y, row_begin, row_end, scratch);
     } else {
-      avx2::matmul_rows_k(*job.w, job.k_acts, job.y, row_begin, row_end, scratch);
+      avx2::matmul_rows_k(*job.w, *job.k_acts, job.y, row_begin, row_end, scratch);
     }
     return;
   }
   if (job.level == KernelLevel::kAvx512) {
-    avx512::matmul_rows(*job.w, job.acts, job.x, job.num_tokens, job.y, row_begin, row_end,
+    avx512::matmul_rows(*job.w, *job.acts, job.x, job.num_tokens, job.y, row_begin, row_end,
                         scratch);
   } else {
-    avx2::matmul_rows(*job.w, job.acts, job.x, job.num_tokens, job.y, row_begin, row_end, scratch);
+    avx2::matmul_rows(*job.w, *job.acts, job.x, job.num_tokens, job.y, row_begin, row_end, scratch);
   }
-}
-
-// [begin, end) of `count` items in multiples of `grain` for thread `index` of `threads`.
-void split(int64_t count, int64_t grain, int index, int threads, int64_t* begin, int64_t* end) {
-  const int64_t grains = (count + grain - 1) / grain;
-  *begin = std::min(count, grains * index / threads * grain);
-  *end = std::min(count, grains * (index + 1) / threads * grain);
-}
-
-// Quantizes every token's activations into the job's buffers, on all threads when there are
-// enough tokens to share.
-void quantize_all(const MatmulJob& job, ThreadPool& pool) {
-  if (job.num_tokens < 2 * kQuantizeGrainTokens || pool.num_threads() == 1) {
-    return quantize_range(job, 0, job.num_tokens);
-  }
-  const MatmulJob* job_ptr = &job;
-  pool.run([job_ptr](int index, int threads) {
-    int64_t begin = 0;
-    int64_t end = 0;
-    split(job_ptr->num_tokens, kQuantizeGrainTokens, index, threads, &begin, &end);
-    quantize_range(*job_ptr, begin, end);
-  });
 }
 
 // The thread balance for calls like this one. Each kind of call (the first matrix's type and
@@ -245,13 +171,23 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, i
 void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> products,
                           const float* x, int64_t num_tokens, ThreadPool& pool,
                           const RowEpilogue* epilogue) {
-  TACHYON_CHECK(kernel_level_available(level));
-  TACHYON_CHECK(num_tokens >= 0);
+  // The caller's thread owns the quantized activations; workers only read them.
+  thread_local MatmulInput input;
+  input.prepare(level, products, x, num_tokens);
+  input.quantize_all(pool);
+  matmul_many(products, input, pool, epilogue);
+}
+
+void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& input,
+                 ThreadPool& pool, const RowEpilogue* epilogue) {
+  const KernelLevel level = input.level();
+  const int64_t num_tokens = input.num_tokens();
+  const float* x = input.x();
   for (const MatmulProduct& product : products) {
     const WeightMatrix& w = *product.w;
     TACHYON_CHECK(matmul_supports(w.type));
     TACHYON_CHECK(w.rows >= 0 && w.cols >= 0);
-    TACHYON_CHECK(w.cols == products[0].w->cols);
+    TACHYON_CHECK(input.serves(w));
     TACHYON_CHECK(epilogue == nullptr || w.rows == products[0].w->rows);
     TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
   }
@@ -269,11 +205,6 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
     return;
   }
 
-  // Activations are quantized once per format (32-value blocks, or 256 for K-quants) and
-  // shared by every product that takes that format. The caller's thread owns them; workers
-  // only read them.
-  thread_local ActivationScratch q8_scratch;
-  thread_local ActivationScratch k_scratch;
   // The jobs live on the stack (hot in cache; a thread-local vector's lines are cold after the
   // weights stream through) unless there are more than a layer's few products.
   constexpr size_t kStackJobs = 4;
@@ -281,44 +212,13 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
   thread_local std::vector<MatmulJob> many_jobs;
   if (products.size() > kStackJobs) many_jobs.resize(products.size());
   MatmulJob* const jobs = products.size() > kStackJobs ? many_jobs.data() : stack_jobs;
-  size_t num_jobs = 0;
-  const MatmulJob* q8_done = nullptr;
-  const MatmulJob* k_done = nullptr;
-  for (const MatmulProduct& product : products) {
-    const WeightMatrix& w = *product.w;
-    MatmulJob job{level, &w, x, num_tokens, product.y, {}, false, {}, nullptr, nullptr, nullptr,
-                  nullptr};
-    // K-quants take 256-block activations; any other width goes through the f32 fallback.
-    job.k_path = reference::has_q8_k_dot(w.type) && w.cols % reference::kQ8KBlock == 0;
-    if (job.k_path) {
-      if (k_done != nullptr) {
-        job.k_acts = k_done->k_acts;
-      } else {
-        job.qs = grown(k_scratch.qs, num_tokens * w.cols);
-        job.d = grown(k_scratch.d, num_tokens * (w.cols / reference::kQ8KBlock));
-        job.bsums = grown(k_scratch.bsums, num_tokens * (w.cols / reference::kQ8KSumGroup));
-        quantize_all(job, pool);
-        job.k_acts = reference::Q8KActivations{job.qs, job.d, job.bsums, num_tokens, w.cols};
-      }
-    } else if (reference::has_q8_dot(w.type)) {
-      if (q8_done != nullptr) {
-        job.acts = q8_done->acts;
-      } else {
-        const int64_t blocks = num_tokens * (w.cols / reference::kQ8Block);
-        job.qs = grown(q8_scratch.qs, num_tokens * w.cols);
-        job.d = grown(q8_scratch.d, blocks);
-        job.s = grown(q8_scratch.s, blocks);
-        quantize_all(job, pool);
-        job.acts = reference::Q8Activations{job.qs, job.d, job.s, num_tokens, w.cols};
-      }
-    }
-    jobs[num_jobs] = job;
-    if (job.k_path && k_done == nullptr) k_done = &jobs[num_jobs];
-    if (!job.k_path && reference::has_q8_dot(w.type) && q8_done == nullptr) {
-      q8_done = &jobs[num_jobs];
-    }
-    ++num_jobs;
+  for (size_t j = 0; j < products.size(); ++j) {
+    const WeightMatrix& w = *products[j].w;
+    jobs[j] = MatmulJob{level,  &w, x, num_tokens, products[j].y,
+                        MatmulInput::format_of(w) == MatmulInput::Format::kQ8K, &input.q8(),
+                        &input.q8_k()};
   }
+  const size_t num_jobs = products.size();
   // One pass over the pool for all of them: each thread takes its share of every matrix, the
   // shares following the threads' recent speeds (ThreadBalance). Which thread computes a row
   // does not change its result.

@@ -69,4 +69,11 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
                           const float* x, int64_t num_tokens, ThreadPool& pool,
                           const RowEpilogue* epilogue = nullptr);
 
+// The same from an input the caller prepared for these products and quantized row by row
+// (MatmulInput: e.g. each row right after its norm), at the input's level. Every product must
+// be one the input serves (CHECKed); results identical to matmul_many from input.x().
+class MatmulInput;
+void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& input,
+                 ThreadPool& pool, const RowEpilogue* epilogue = nullptr);
+
 }  // namespace tachyon::kernels
