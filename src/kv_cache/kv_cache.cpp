@@ -64,11 +64,13 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
   // then each head's dimensions scattered into their blocks' columns.
   const uint8_t* key_rows = reinterpret_cast<const uint8_t*>(keys);
   if (type_ == DType::kF16) {
+    // f16 bits [count, kv_size], the calling thread's own (threads may store at once).
+    thread_local std::vector<uint8_t> staging;
     const size_t staged = static_cast<size_t>(count) * kv * bytes;
-    if (staging_.size() < staged) staging_.resize(staged);
-    kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging_.data()),
+    if (staging.size() < staged) staging.resize(staged);
+    kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging.data()),
                             static_cast<int64_t>(count) * kv);
-    key_rows = staging_.data();
+    key_rows = staging.data();
   }
   for (int h = 0; h < num_kv_heads_; ++h) {
     // Block by block: positions [p, p + n) share one.

@@ -27,7 +27,8 @@ class KvCache {
   DType type() const { return type_; }
   size_t bytes() const { return storage_bytes_; }
 
-  // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size].
+  // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size]. Calls for
+  // disjoint positions may run on several threads at once.
   void store(int layer, int position, int count, const float* keys, const float* values);
 
   // One KV head's keys and values for positions [0, count) as f32, rows of head_size.
@@ -76,9 +77,6 @@ class KvCache {
   std::unique_ptr<HugePageArena> arena_;
   uint8_t* storage_ = nullptr;
   size_t storage_bytes_ = 0;
-  // f16 bits [count, kv_size]: an f16 cache's stored keys, converted before they are scattered
-  // into their columns.
-  std::vector<uint8_t> staging_;
 };
 
 }  // namespace tachyon

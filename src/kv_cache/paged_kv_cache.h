@@ -37,7 +37,7 @@ class PagedKvCache {
   DType type() const { return type_; }
 
   // Writes row i of keys/values (f32 [slots.size(), num_kv_heads * head_size]) into cache row
-  // slots[i] of `layer`.
+  // slots[i] of `layer`. Calls for disjoint slots may run on several threads at once.
   void store(int layer, std::span<const int64_t> slots, const float* keys, const float* values);
 
   // The first `count` positions of `block` for one KV head, widened to f32:

@@ -11,13 +11,6 @@
 #include "models/layers.h"
 
 namespace tachyon {
-namespace {
-
-void add_bias(float* rows, const float* bias, int num_rows, int size) {
-  for (int r = 0; r < num_rows; ++r) add_in_place(rows + static_cast<int64_t>(r) * size, bias, size);
-}
-
-}  // namespace
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
@@ -131,10 +124,15 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   positions.resize(num_tokens);
   for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t;
   const AttentionShape shape = attention_shape();
-  run_layers(tokens, [&](int layer) {
+  const int64_t kv_size = config_.kv_size();
+  auto store = [&](int layer, int first, int end) {
+    const int64_t offset = first * kv_size;
+    cache.store(layer, start_position + first, end - first, workspace_.key.data() + offset,
+                workspace_.value.data() + offset);
+  };
+  // This batch's keys and values are in the cache: every query attends over it.
+  run_layers(tokens, store, [&](int layer) {
     Workspace& w = workspace_;
-    // This batch's keys and values join the cache, then every query attends over it.
-    cache.store(layer, start_position, num_tokens, w.key.data(), w.value.data());
     if (numerics_ == Numerics::kLlamaCpp) {
       causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache, layer,
                                 w.attention.data(), pool);
@@ -165,9 +163,14 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   }
   workspace_.positions = batch.positions;
   const AttentionShape shape = attention_shape();
-  run_layers(batch.tokens, [&](int layer) {
+  const int64_t kv_size = config_.kv_size();
+  auto store = [&](int layer, int first, int end) {
+    const int64_t offset = first * kv_size;
+    cache.store(layer, std::span<const int64_t>(batch.slots).subspan(first, end - first),
+                workspace_.key.data() + offset, workspace_.value.data() + offset);
+  };
+  run_layers(batch.tokens, store, [&](int layer) {
     Workspace& w = workspace_;
-    cache.store(layer, batch.slots, w.key.data(), w.value.data());
     paged_attention(shape, w.query.data(), batch, cache, layer, w.attention.data(), pool);
   }, pool);
   project_logits(batch.logits_tokens, logits, pool);
@@ -179,8 +182,8 @@ AttentionShape DecoderModel::attention_shape() const {
                         1.0f / std::sqrt(static_cast<float>(config_.head_size))};
 }
 
-void DecoderModel::run_layers(std::span<const TokenIndex> tokens,
-                              FunctionRef<void(int layer)> store_and_attend, ThreadPool& pool) {
+void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
+                              Attend attend, ThreadPool& pool) {
   const int num_tokens = static_cast<int>(tokens.size());
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
@@ -197,7 +200,7 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens,
 
   embed(tokens, w.residual.data());
   for (int i = 0; i < config_.num_layers; ++i) {
-    attention_block(weights_.layers[i], i, num_tokens, i > 0, store_and_attend, pool);
+    attention_block(weights_.layers[i], i, num_tokens, i > 0, store, attend, pool);
     feed_forward_block(weights_.layers[i], num_tokens, pool);
   }
   add_residual(num_tokens, pool);  // the last feed-forward block's output
@@ -265,43 +268,47 @@ void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>&
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
-                                   bool add_projected,
-                                   FunctionRef<void(int layer)> store_and_attend,
+                                   bool add_projected, StoreTokens store, Attend attend,
                                    ThreadPool& pool) {
   Workspace& w = workspace_;
   const int head_size = config_.head_size;
+  const int64_t q_size = config_.q_size();
+  const int64_t kv_size = config_.kv_size();
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
   add_and_normalize(layer.attention_norm, add_projected, qkv, num_tokens, pool);
   multiply_normed(qkv, num_tokens, pool);
-  if (config_.qkv_bias) {
-    add_bias(w.query.data(), layer.query_bias, num_tokens, config_.q_size());
-    add_bias(w.key.data(), layer.key_bias, num_tokens, config_.kv_size());
-    add_bias(w.value.data(), layer.value_bias, num_tokens, config_.kv_size());
-  }
-  if (config_.qk_norm) {  // Qwen3: RMSNorm over each head of each token
-    for (int i = 0; i < num_tokens * config_.num_heads; ++i) {
-      float* head = w.query.data() + static_cast<int64_t>(i) * head_size;
-      normalize(head, layer.query_norm, head_size, head);
-    }
-    for (int i = 0; i < num_tokens * config_.num_kv_heads; ++i) {
-      float* head = w.key.data() + static_cast<int64_t>(i) * head_size;
-      normalize(head, layer.key_norm, head_size, head);
-    }
-  }
+  // Each token's query, key and value rows in one pass, while they are in cache: biases
+  // (Qwen2), per-head RMSNorm (Qwen3), RoPE, then the keys and values into the cache.
   const int pairs = head_size / 2;
   for_token_ranges(num_tokens, pool, [&](int first, int end) {
     for (int t = first; t < end; ++t) {
+      float* query = w.query.data() + t * q_size;
+      float* key = w.key.data() + t * kv_size;
+      if (config_.qkv_bias) {
+        add_in_place(query, layer.query_bias, q_size);
+        add_in_place(key, layer.key_bias, kv_size);
+        add_in_place(w.value.data() + t * kv_size, layer.value_bias, kv_size);
+      }
+      if (config_.qk_norm) {
+        for (int h = 0; h < config_.num_heads; ++h) {
+          float* head = query + static_cast<int64_t>(h) * head_size;
+          normalize(head, layer.query_norm, head_size, head);
+        }
+        for (int h = 0; h < config_.num_kv_heads; ++h) {
+          float* head = key + static_cast<int64_t>(h) * head_size;
+          normalize(head, layer.key_norm, head_size, head);
+        }
+      }
       const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
       const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
-      rotate(w.query.data() + static_cast<int64_t>(t) * config_.q_size(), config_.num_heads,
-             cos_row, sin_row);
-      rotate(w.key.data() + static_cast<int64_t>(t) * config_.kv_size(), config_.num_kv_heads,
-             cos_row, sin_row);
+      rotate(query, config_.num_heads, cos_row, sin_row);
+      rotate(key, config_.num_kv_heads, cos_row, sin_row);
+      store(layer_index, t, t + 1);
     }
   });
 
-  store_and_attend(layer_index);
+  attend(layer_index);
 
   const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
   multiply(output, w.attention.data(), num_tokens, pool);

@@ -83,17 +83,21 @@ class DecoderModel {
 
   void embed(std::span<const TokenIndex> tokens, float* out) const;
   AttentionShape attention_shape() const;
-  // Embeds `tokens` (at workspace_.positions) and runs every layer; `store_and_attend(layer)`
-  // stores the layer's new keys/values and fills workspace_.attention from workspace_.query.
-  void run_layers(std::span<const TokenIndex> tokens, FunctionRef<void(int layer)> store_and_attend,
+  // Stores the keys and values of the batch's tokens [first, end) (workspace_.key, .value) in
+  // `layer`'s cache; called for disjoint ranges from several threads at once.
+  using StoreTokens = FunctionRef<void(int layer, int first, int end)>;
+  // Fills workspace_.attention from workspace_.query for `layer`, whose keys and values are
+  // stored.
+  using Attend = FunctionRef<void(int layer)>;
+  // Embeds `tokens` (at workspace_.positions) and runs every layer.
+  void run_layers(std::span<const TokenIndex> tokens, StoreTokens store, Attend attend,
                   ThreadPool& pool);
   void project_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
   // Each block starts by adding the previous block's output (workspace_.projected) into the
   // residual stream, fused with its input norm (except the first layer's attention block,
   // which has nothing to add), and ends with its output in workspace_.projected.
   void attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
-                       bool add_projected, FunctionRef<void(int layer)> store_and_attend,
-                       ThreadPool& pool);
+                       bool add_projected, StoreTokens store, Attend attend, ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
   // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token,
   // each row quantized right away for `consumers` (the products that read it next).

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "kv_cache/paged_kv_cache.h"
 
 namespace tachyon {
@@ -87,6 +88,43 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
           for (int p = count; p < stride; ++p) ASSERT_EQ(span_keys[d * stride + p], -1.0f);
         }
       }
+    }
+  }
+}
+
+// A layer's positions stored one at a time by two threads at once (as a forward pass stores
+// each token right after its RoPE) hold the same bytes as one store of them all: the f16
+// staging is per thread, and neighbouring positions share key blocks without clobbering.
+TEST(KvCacheTest, ThreadsStoringDisjointPositionsAtOnce) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (DType type : {DType::kF16, DType::kF32}) {
+    const int num_kv_heads = 3;
+    const int head_size = 64;
+    const int kv_size = num_kv_heads * head_size;
+    const int capacity = 2 * KvCache::kKeyBlock + 40;
+    KvCache together(1, num_kv_heads, head_size, capacity, type);
+    KvCache apart(1, num_kv_heads, head_size, capacity, type);
+    std::vector<float> keys(static_cast<size_t>(capacity) * kv_size);
+    std::vector<float> values(keys.size());
+    for (float& x : keys) x = normal(rng);
+    for (float& x : values) x = normal(rng);
+    together.store(0, 0, capacity, keys.data(), values.data());
+    ThreadPool pool(2);
+    pool.run([&](int thread, int threads) {
+      for (int p = thread; p < capacity; p += threads) {  // interleaved: shared key blocks
+        apart.store(0, p, 1, keys.data() + p * kv_size, values.data() + p * kv_size);
+      }
+    });
+    for (int h = 0; h < num_kv_heads; ++h) {
+      std::vector<float> expected_keys(static_cast<size_t>(capacity) * head_size);
+      std::vector<float> expected_values(expected_keys.size());
+      std::vector<float> stored_keys(expected_keys.size());
+      std::vector<float> stored_values(expected_keys.size());
+      together.load_head(0, h, head_size, capacity, expected_keys.data(), expected_values.data());
+      apart.load_head(0, h, head_size, capacity, stored_keys.data(), stored_values.data());
+      EXPECT_EQ(stored_keys, expected_keys) << dtype_name(type) << " head " << h;
+      EXPECT_EQ(stored_values, expected_values) << dtype_name(type) << " head " << h;
     }
   }
 }
