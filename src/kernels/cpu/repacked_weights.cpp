@@ -1,24 +1,68 @@
 #include "kernels/cpu/repacked_weights.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/reference/block_layouts.h"
 
 namespace tachyon::kernels {
 
+namespace {
+
+// Columns per repacked block.
+int64_t block_columns(DType type) { return type == DType::kQ4_K ? 256 : 32; }
+
+// Q4_K's super-block in the file: d, dmin, 12 scale bytes, 128 qs bytes.
+constexpr int64_t kQ4KBytes = sizeof(reference::BlockQ4_K);
+constexpr int64_t kQ4KScales = offsetof(reference::BlockQ4_K, scales);
+constexpr int64_t kQ4KQs = offsetof(reference::BlockQ4_K, qs);
+static_assert(kQ4KBytes * kRepackedQuantTileRows == repacked_block_bytes(DType::kQ4_K));
+
+// Calls piece(tile_offset, row_offset, bytes) for each piece of row r of a Q4_K super-block:
+// where it lies in a repacked super-block and in the file's one.
+template <typename Piece>
+void for_each_q4_k_piece(int r, const Piece& piece) {
+  for (int i = 0; i < 3; ++i) piece(i * 64 + r * 4, kQ4KScales + 4 * i, 4);
+  piece(kRepackedKDOffset + r * 2, 0, 2);
+  piece(kRepackedKDminOffset + r * 2, 2, 2);
+  for (int p = 0; p < 32; ++p) piece(kRepackedKQsOffset + p * 64 + r * 4, kQ4KQs + 4 * p, 4);
+}
+
+}  // namespace
+
+bool RepackedWeights::has_layout(const WeightMatrix& w) {
+  return repacked_block_bytes(w.type) > 0 && w.cols % block_columns(w.type) == 0 && w.rows > 0;
+}
+
 bool RepackedWeights::supports(const WeightMatrix& w) {
-  return repacked_block_bytes(w.type) > 0 && w.cols % 32 == 0 && w.rows > 0;
+  if (!has_layout(w)) return false;
+  return w.type != DType::kQ4_K || active_kernel_level() == KernelLevel::kAvx512;
 }
 
 int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
   const int64_t tile_rows = repacked_tile_rows(w.type);
   const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
-  return tiles * (w.cols / 32) * repacked_block_bytes(w.type);
+  return tiles * (w.cols / block_columns(w.type)) * repacked_block_bytes(w.type);
+}
+
+void RepackedWeights::unpack_k_tile(const uint8_t* tile, int64_t cols, int num_rows,
+                                    uint8_t* out, int64_t row_bytes) {
+  const int64_t blocks = cols / 256;
+  for (int r = 0; r < num_rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* tile_block = tile + b * repacked_block_bytes(DType::kQ4_K);
+      uint8_t* row_block = out + r * row_bytes + b * kQ4KBytes;
+      for_each_q4_k_piece(r, [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
+        std::memcpy(row_block + row_offset, tile_block + tile_offset, bytes);
+      });
+    }
+  }
 }
 
 void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
-  TACHYON_CHECK(supports(w));
-  const int64_t blocks = w.cols / 32;
+  TACHYON_CHECK(has_layout(w));
+  const int64_t blocks = w.cols / block_columns(w.type);
   const int tile_rows = repacked_tile_rows(w.type);
   const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
   const int64_t block_bytes = repacked_block_bytes(w.type);
@@ -30,6 +74,21 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
       const uint8_t* source = w.data + row * row_bytes;
       for (int64_t piece = 0; piece < 2 * blocks; ++piece) {
         std::memcpy(tile + piece * kRepackedPieceBytes + r * 32, source + piece * 32, 32);
+      }
+    }
+    return;
+  }
+  if (w.type == DType::kQ4_K) {
+    const size_t row_bytes = w.row_bytes();
+    for (int64_t row = 0; row < w.rows; ++row) {
+      uint8_t* tile = out + row / tile_rows * blocks * block_bytes;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* tile_block = tile + b * block_bytes;
+        const uint8_t* row_block = w.data + row * row_bytes + b * kQ4KBytes;
+        for_each_q4_k_piece(static_cast<int>(row % tile_rows),
+                            [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
+                              std::memcpy(tile_block + tile_offset, row_block + row_offset, bytes);
+                            });
       }
     }
     return;

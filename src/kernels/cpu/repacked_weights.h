@@ -1,12 +1,12 @@
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16 and BF16 weights repacked at load into tiles of rows, the
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, F16 and BF16 weights repacked at load into tiles of rows, the
 // layout the SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces
 // of 8 rows for the 16-bit floats), so that decoding streams each thread's rows as one run
 // instead of gathering short rows (and, for the quantized types, transposing their blocks) on
 // every call. Same bytes per weight as the file; results are bit for bit the same.
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
-// with zero blocks); its blocks of 32 columns follow each other, repacked_block_bytes(type)
-// apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a 512-bit vector holds a dword
+// with zero blocks); its blocks (32 columns, 256 for Q4_K) follow each other,
+// repacked_block_bytes(type) apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a 512-bit vector holds a dword
 // of each row):
 //   q  Q4_0/Q4_1/Q5_0/Q5_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row
 //      r's qs, i.e. values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
@@ -18,6 +18,11 @@
 // 8 rows 8h..8h+7 alone: AVX2 reads a tile as two 8-row groups.
 // F16/BF16 (T = 8; 32 values per block): 2 pieces of 16 columns, each 8 x 32 bytes: row r's
 //   values 16h..16h+15 at h * 256 + r * 32.
+// Q4_K (T = 16; a super-block of 256 columns, 16 x 144 bytes), the header first so that the
+// decode kernel reads each block front to back:
+//   scales 3 x 64 bytes: vector i, lane r = bytes 4i..4i+3 of row r's 12 scale bytes
+//   d      16 x f16, then dmin 16 x f16
+//   qs     32 x 64 bytes: vector p, lane r = bytes 4p..4p+3 of row r's qs
 #pragma once
 
 #include <cstdint>
@@ -27,7 +32,7 @@
 
 namespace tachyon::kernels {
 
-inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K
 inline constexpr int kRepackedFloatTileRows = 8;   // F16, BF16
 
 constexpr int repacked_tile_rows(DType type) {
@@ -35,9 +40,11 @@ constexpr int repacked_tile_rows(DType type) {
                                                      : kRepackedQuantTileRows;
 }
 
-// Bytes of one repacked block (32 columns of a whole tile; 0: the type is not repacked).
+// Bytes of one repacked block (a block of the type's columns, 32 or 256, of a whole tile; 0: the
+// type is not repacked).
 constexpr int64_t repacked_block_bytes(DType type) {
-  return type == DType::kQ4_0   ? 16 * 16 + 32
+  return type == DType::kQ4_K   ? 16 * 144
+         : type == DType::kQ4_0 ? 16 * 16 + 32
          : type == DType::kQ4_1 ? 16 * 16 + 64
          : type == DType::kQ5_0 ? 16 * 16 + 64 + 32
          : type == DType::kQ5_1 ? 16 * 16 + 64 + 64
@@ -54,16 +61,27 @@ constexpr int64_t repacked_scales_offset(DType type) {
 }
 // Offset of the 16 rows' high bits (Q5_0, Q5_1: one dword per row, lane r = row r's qh).
 inline constexpr int64_t kRepackedHighBitsOffset = 256;
+// Q4_K: offsets of d, dmin and qs in a repacked super-block (its scales come first).
+inline constexpr int64_t kRepackedKDOffset = 192;
+inline constexpr int64_t kRepackedKDminOffset = 224;
+inline constexpr int64_t kRepackedKQsOffset = 256;
 
 class RepackedWeights {
  public:
-  // Whether `w` gains from repacking (its type has a repacked layout).
+  // Whether `w`'s type has a repacked layout (and its shape fits it).
+  static bool has_layout(const WeightMatrix& w);
+  // Whether `w` gains from repacking on this CPU: it has a layout, and for Q4_K the AVX-512
+  // kernels run (the AVX2 ones read its tiles back into rows, slower than the file's layout).
   static bool supports(const WeightMatrix& w);
-  // Bytes of `w` repacked (supports(w) must hold).
+  // Bytes of `w` repacked (has_layout(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
   // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
   // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
   static void repack_into(const WeightMatrix& w, uint8_t* out);
+  // The inverse for the first `num_rows` rows of one Q4_K tile (`tile` of a matrix of `cols`
+  // columns): row r in the file's layout at out + r * row_bytes, for kernels that read rows.
+  static void unpack_k_tile(const uint8_t* tile, int64_t cols, int num_rows, uint8_t* out,
+                            int64_t row_bytes);
 };
 
 }  // namespace tachyon::kernels
