@@ -3,7 +3,7 @@
 // Counters: weight_GB/s = weight bytes read per second (each call reads the matrix once);
 // GFLOP/s = 2 * rows * cols * tokens per second.
 // Names: matmul/<type>/<level>/<rows>x<cols>/tokens:<n>/threads:<n>, and for the types that
-// models repack at load (RepackedWeights: Q4_0, Q4_1, Q8_0, F16, BF16) the same with
+// models repack at load (RepackedWeights: Q4_0..Q8_0, Q4_K, Q6_K, F16, BF16) the same with
 // matmul/<type>-repacked/..., the layout decoding actually reads.
 #include <benchmark/benchmark.h>
 
@@ -111,8 +111,9 @@ void register_all() {
   const DType types[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                          DType::kF16,  DType::kBF16, DType::kF32,  DType::kQ4_K, DType::kQ6_K};
   // K-quants (Q4_K_M files: Q4_K + Q6_K) on a 2048-wide model's shapes: attention 2048x2048,
-  // FFN up/gate 5632x2048 and down 2048x5632 (cols multiples of 256).
-  const Shape k_shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}};
+  // FFN up/gate 5632x2048 and down 2048x5632 (cols multiples of 256), and 32768x2048, past
+  // the L3 cache (streamed from memory, like an output matrix).
+  const Shape k_shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32768, 2048}};
   const DType k_types[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   auto is_k_type = [&](DType type) {
     for (DType k : k_types) {

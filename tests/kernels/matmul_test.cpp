@@ -464,7 +464,7 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   }
 }
 
-// Q4_K weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
+// Q4_K/Q6_K weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
 // every level: the AVX-512 decode reads the tiles, every other path their rows read back; last
 // partial tiles, odd thread splits and 1-19 tokens included. The repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
@@ -472,37 +472,38 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   const int64_t max_tokens = 19;
-  const DType type = DType::kQ4_K;
-  for (int64_t rows : {1, 7, 16, 17, 40}) {
-    for (int64_t cols : {256, 768}) {
-      const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
-      const std::vector<float> x = random_activations(max_tokens, cols, rng);
-      const WeightMatrix file{type, w.data(), rows, cols};
-      ASSERT_TRUE(RepackedWeights::has_layout(file));
-      HugePageArena arena;
-      uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
-      RepackedWeights::repack_into(file, packed);
-      WeightMatrix repacked = file;
-      repacked.packed = packed;
-      const int64_t row_bytes = static_cast<int64_t>(file.row_bytes());
-      const int64_t tile_bytes = cols / 256 * repacked_block_bytes(type);
-      for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-        const int num_rows = static_cast<int>(std::min<int64_t>(16, rows - r0));
-        std::vector<uint8_t> back(static_cast<size_t>(num_rows * row_bytes));
-        RepackedWeights::unpack_k_tile(packed + r0 / 16 * tile_bytes, cols, num_rows, back.data(),
-                                       row_bytes);
-        ASSERT_EQ(0, std::memcmp(back.data(), w.data() + r0 * row_bytes, back.size()))
-            << "rows " << rows << " cols " << cols << " tile at " << r0;
-      }
-      for (KernelLevel level : simd_levels()) {
-        for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
-          for (ThreadPool* pool : {&pool1, &pool2}) {
-            std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
-            std::vector<float> y(expected.size(), NAN);
-            matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
-            matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
-            ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-                << case_name(type, level, rows, cols, tokens, pool->num_threads());
+  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t rows : {1, 7, 16, 17, 40}) {
+      for (int64_t cols : {256, 768}) {
+        const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+        const std::vector<float> x = random_activations(max_tokens, cols, rng);
+        const WeightMatrix file{type, w.data(), rows, cols};
+        ASSERT_TRUE(RepackedWeights::has_layout(file));
+        HugePageArena arena;
+        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
+        RepackedWeights::repack_into(file, packed);
+        WeightMatrix repacked = file;
+        repacked.packed = packed;
+        const int64_t row_bytes = static_cast<int64_t>(file.row_bytes());
+        const int64_t tile_bytes = cols / 256 * repacked_block_bytes(type);
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+          const int num_rows = static_cast<int>(std::min<int64_t>(16, rows - r0));
+          std::vector<uint8_t> back(static_cast<size_t>(num_rows * row_bytes));
+          RepackedWeights::unpack_k_tile(type, packed + r0 / 16 * tile_bytes, cols, num_rows,
+                                         back.data(), row_bytes);
+          ASSERT_EQ(0, std::memcmp(back.data(), w.data() + r0 * row_bytes, back.size()))
+              << dtype_name(type) << " rows " << rows << " cols " << cols << " tile at " << r0;
+        }
+        for (KernelLevel level : simd_levels()) {
+          for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
+              std::vector<float> y(expected.size(), NAN);
+              matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
+              matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
+              ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+                  << case_name(type, level, rows, cols, tokens, pool->num_threads());
+            }
           }
         }
       }

@@ -10,23 +10,39 @@ namespace tachyon::kernels {
 
 namespace {
 
+bool is_k_quant(DType type) { return type == DType::kQ4_K || type == DType::kQ6_K; }
+
 // Columns per repacked block.
-int64_t block_columns(DType type) { return type == DType::kQ4_K ? 256 : 32; }
+int64_t block_columns(DType type) { return is_k_quant(type) ? 256 : 32; }
 
-// Q4_K's super-block in the file: d, dmin, 12 scale bytes, 128 qs bytes.
-constexpr int64_t kQ4KBytes = sizeof(reference::BlockQ4_K);
-constexpr int64_t kQ4KScales = offsetof(reference::BlockQ4_K, scales);
-constexpr int64_t kQ4KQs = offsetof(reference::BlockQ4_K, qs);
-static_assert(kQ4KBytes * kRepackedQuantTileRows == repacked_block_bytes(DType::kQ4_K));
+using reference::BlockQ4_K;
+using reference::BlockQ6_K;
+static_assert(sizeof(BlockQ4_K) * kRepackedQuantTileRows == repacked_block_bytes(DType::kQ4_K));
 
-// Calls piece(tile_offset, row_offset, bytes) for each piece of row r of a Q4_K super-block:
-// where it lies in a repacked super-block and in the file's one.
+// Calls piece(tile_offset, row_offset, bytes) for each piece of row r of a Q4_K or Q6_K
+// super-block: where it lies in a repacked super-block and in the file's one.
 template <typename Piece>
-void for_each_q4_k_piece(int r, const Piece& piece) {
-  for (int i = 0; i < 3; ++i) piece(i * 64 + r * 4, kQ4KScales + 4 * i, 4);
-  piece(kRepackedKDOffset + r * 2, 0, 2);
-  piece(kRepackedKDminOffset + r * 2, 2, 2);
-  for (int p = 0; p < 32; ++p) piece(kRepackedKQsOffset + p * 64 + r * 4, kQ4KQs + 4 * p, 4);
+void for_each_k_piece(DType type, int r, const Piece& piece) {
+  if (type == DType::kQ4_K) {
+    for (int i = 0; i < 3; ++i) piece(i * 64 + r * 4, offsetof(BlockQ4_K, scales) + 4 * i, 4);
+    piece(kRepackedKDOffset + r * 2, offsetof(BlockQ4_K, d), 2);
+    piece(kRepackedKDminOffset + r * 2, offsetof(BlockQ4_K, dmin), 2);
+    for (int p = 0; p < 32; ++p) {
+      piece(kRepackedKQsOffset + p * 64 + r * 4, offsetof(BlockQ4_K, qs) + 4 * p, 4);
+    }
+    return;
+  }
+  for (int i = 0; i < 4; ++i) piece(i * 64 + r * 4, offsetof(BlockQ6_K, scales) + 4 * i, 4);
+  piece(kRepackedQ6KDOffset + r * 2, offsetof(BlockQ6_K, d), 2);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t half = kRepackedQ6KHalvesOffset + h * kRepackedQ6KHalfBytes + r * 4;
+    for (int l = 0; l < 8; ++l) {
+      const int64_t group = half + l * kRepackedQ6KGroupBytes;
+      piece(group, offsetof(BlockQ6_K, qh) + 32 * h + 4 * l, 4);
+      piece(group + 64, offsetof(BlockQ6_K, ql) + 64 * h + 4 * l, 4);
+      piece(group + 128, offsetof(BlockQ6_K, ql) + 64 * h + 32 + 4 * l, 4);
+    }
+  }
 }
 
 }  // namespace
@@ -37,7 +53,7 @@ bool RepackedWeights::has_layout(const WeightMatrix& w) {
 
 bool RepackedWeights::supports(const WeightMatrix& w) {
   if (!has_layout(w)) return false;
-  return w.type != DType::kQ4_K || active_kernel_level() == KernelLevel::kAvx512;
+  return !is_k_quant(w.type) || active_kernel_level() == KernelLevel::kAvx512;
 }
 
 int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
@@ -46,14 +62,16 @@ int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
   return tiles * (w.cols / block_columns(w.type)) * repacked_block_bytes(w.type);
 }
 
-void RepackedWeights::unpack_k_tile(const uint8_t* tile, int64_t cols, int num_rows,
+void RepackedWeights::unpack_k_tile(DType type, const uint8_t* tile, int64_t cols, int num_rows,
                                     uint8_t* out, int64_t row_bytes) {
+  TACHYON_CHECK(is_k_quant(type));
   const int64_t blocks = cols / 256;
+  const int64_t source_bytes = dtype_info(type).block_bytes;
   for (int r = 0; r < num_rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* tile_block = tile + b * repacked_block_bytes(DType::kQ4_K);
-      uint8_t* row_block = out + r * row_bytes + b * kQ4KBytes;
-      for_each_q4_k_piece(r, [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
+      const uint8_t* tile_block = tile + b * repacked_block_bytes(type);
+      uint8_t* row_block = out + r * row_bytes + b * source_bytes;
+      for_each_k_piece(type, r, [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
         std::memcpy(row_block + row_offset, tile_block + tile_offset, bytes);
       });
     }
@@ -78,17 +96,18 @@ void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
     }
     return;
   }
-  if (w.type == DType::kQ4_K) {
+  if (is_k_quant(w.type)) {
     const size_t row_bytes = w.row_bytes();
+    const int64_t source_bytes = dtype_info(w.type).block_bytes;
     for (int64_t row = 0; row < w.rows; ++row) {
       uint8_t* tile = out + row / tile_rows * blocks * block_bytes;
       for (int64_t b = 0; b < blocks; ++b) {
         uint8_t* tile_block = tile + b * block_bytes;
-        const uint8_t* row_block = w.data + row * row_bytes + b * kQ4KBytes;
-        for_each_q4_k_piece(static_cast<int>(row % tile_rows),
-                            [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
-                              std::memcpy(tile_block + tile_offset, row_block + row_offset, bytes);
-                            });
+        const uint8_t* row_block = w.data + row * row_bytes + b * source_bytes;
+        auto copy = [&](int64_t tile_offset, int64_t row_offset, size_t bytes) {
+          std::memcpy(tile_block + tile_offset, row_block + row_offset, bytes);
+        };
+        for_each_k_piece(w.type, static_cast<int>(row % tile_rows), copy);
       }
     }
     return;

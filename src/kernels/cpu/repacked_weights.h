@@ -1,11 +1,11 @@
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, F16 and BF16 weights repacked at load into tiles of rows, the
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, F16 and BF16 weights repacked at load into tiles of rows, the
 // layout the SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces
 // of 8 rows for the 16-bit floats), so that decoding streams each thread's rows as one run
 // instead of gathering short rows (and, for the quantized types, transposing their blocks) on
 // every call. Same bytes per weight as the file; results are bit for bit the same.
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
-// with zero blocks); its blocks (32 columns, 256 for Q4_K) follow each other,
+// with zero blocks); its blocks (32 columns, 256 for Q4_K and Q6_K) follow each other,
 // repacked_block_bytes(type) apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a 512-bit vector holds a dword
 // of each row):
 //   q  Q4_0/Q4_1/Q5_0/Q5_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row
@@ -23,6 +23,12 @@
 //   scales 3 x 64 bytes: vector i, lane r = bytes 4i..4i+3 of row r's 12 scale bytes
 //   d      16 x f16, then dmin 16 x f16
 //   qs     32 x 64 bytes: vector p, lane r = bytes 4p..4p+3 of row r's qs
+// Q6_K (T = 16; 256 columns, 16 x 210 bytes and 32 bytes padding d to a cache line):
+//   scales 4 x 64 bytes: vector i, lane r = row r's signed scales 4i..4i+3
+//   d      16 x f16, 32 zero bytes
+//   then for each half h of the values (128h..128h+127), 1536 bytes: for l = 0..7, three
+//   vectors, lane r = row r's bytes: qh 32h+4l..+3, ql 64h+4l..+3, ql 64h+32+4l..+3 (what
+//   the decode kernel reads together, so that it reads the block front to back)
 #pragma once
 
 #include <cstdint>
@@ -32,7 +38,7 @@
 
 namespace tachyon::kernels {
 
-inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K
+inline constexpr int kRepackedQuantTileRows = 16;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, K-quants
 inline constexpr int kRepackedFloatTileRows = 8;   // F16, BF16
 
 constexpr int repacked_tile_rows(DType type) {
@@ -44,6 +50,7 @@ constexpr int repacked_tile_rows(DType type) {
 // type is not repacked).
 constexpr int64_t repacked_block_bytes(DType type) {
   return type == DType::kQ4_K   ? 16 * 144
+         : type == DType::kQ6_K ? 16 * 210 + 32
          : type == DType::kQ4_0 ? 16 * 16 + 32
          : type == DType::kQ4_1 ? 16 * 16 + 64
          : type == DType::kQ5_0 ? 16 * 16 + 64 + 32
@@ -65,23 +72,30 @@ inline constexpr int64_t kRepackedHighBitsOffset = 256;
 inline constexpr int64_t kRepackedKDOffset = 192;
 inline constexpr int64_t kRepackedKDminOffset = 224;
 inline constexpr int64_t kRepackedKQsOffset = 256;
+// Q6_K: offsets of d and of the first half, the bytes of a half and of one group l in it.
+inline constexpr int64_t kRepackedQ6KDOffset = 256;
+inline constexpr int64_t kRepackedQ6KHalvesOffset = 320;
+inline constexpr int64_t kRepackedQ6KHalfBytes = 1536;
+inline constexpr int64_t kRepackedQ6KGroupBytes = 192;
 
 class RepackedWeights {
  public:
   // Whether `w`'s type has a repacked layout (and its shape fits it).
   static bool has_layout(const WeightMatrix& w);
-  // Whether `w` gains from repacking on this CPU: it has a layout, and for Q4_K the AVX-512
-  // kernels run (the AVX2 ones read its tiles back into rows, slower than the file's layout).
+  // Whether `w` gains from repacking on this CPU: it has a layout, and for the K-quants the
+  // AVX-512 kernels run (the AVX2 ones read their tiles back into rows, slower than the file's
+  // layout).
   static bool supports(const WeightMatrix& w);
   // Bytes of `w` repacked (has_layout(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
   // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
   // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
   static void repack_into(const WeightMatrix& w, uint8_t* out);
-  // The inverse for the first `num_rows` rows of one Q4_K tile (`tile` of a matrix of `cols`
-  // columns): row r in the file's layout at out + r * row_bytes, for kernels that read rows.
-  static void unpack_k_tile(const uint8_t* tile, int64_t cols, int num_rows, uint8_t* out,
-                            int64_t row_bytes);
+  // The inverse for the first `num_rows` rows of one Q4_K or Q6_K tile (`tile` of a matrix of
+  // `cols` columns): row r in the file's layout at out + r * row_bytes, for kernels that read
+  // rows.
+  static void unpack_k_tile(DType type, const uint8_t* tile, int64_t cols, int num_rows,
+                            uint8_t* out, int64_t row_bytes);
 };
 
 }  // namespace tachyon::kernels
