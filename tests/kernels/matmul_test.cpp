@@ -464,7 +464,7 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   }
 }
 
-// Q4_K/Q6_K weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
+// K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
 // every level: the AVX-512 decode reads the tiles, every other path their rows read back; last
 // partial tiles, odd thread splits and 1-19 tokens included. The repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
@@ -472,7 +472,7 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   const int64_t max_tokens = 19;
-  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t rows : {1, 7, 16, 17, 40}) {
       for (int64_t cols : {256, 768}) {
         const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);

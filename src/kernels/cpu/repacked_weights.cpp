@@ -10,25 +10,35 @@ namespace tachyon::kernels {
 
 namespace {
 
-bool is_k_quant(DType type) { return type == DType::kQ4_K || type == DType::kQ6_K; }
+bool is_k_quant(DType type) {
+  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
+}
 
 // Columns per repacked block.
 int64_t block_columns(DType type) { return is_k_quant(type) ? 256 : 32; }
 
 using reference::BlockQ4_K;
+using reference::BlockQ5_K;
 using reference::BlockQ6_K;
 static_assert(sizeof(BlockQ4_K) * kRepackedQuantTileRows == repacked_block_bytes(DType::kQ4_K));
+static_assert(sizeof(BlockQ5_K) * kRepackedQuantTileRows == repacked_block_bytes(DType::kQ5_K));
+static_assert(offsetof(BlockQ4_K, scales) == offsetof(BlockQ5_K, scales) &&
+              offsetof(BlockQ4_K, dmin) == offsetof(BlockQ5_K, dmin));
 
-// Calls piece(tile_offset, row_offset, bytes) for each piece of row r of a Q4_K or Q6_K
+// Calls piece(tile_offset, row_offset, bytes) for each piece of row r of a K-quant
 // super-block: where it lies in a repacked super-block and in the file's one.
 template <typename Piece>
 void for_each_k_piece(DType type, int r, const Piece& piece) {
-  if (type == DType::kQ4_K) {
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
     for (int i = 0; i < 3; ++i) piece(i * 64 + r * 4, offsetof(BlockQ4_K, scales) + 4 * i, 4);
     piece(kRepackedKDOffset + r * 2, offsetof(BlockQ4_K, d), 2);
     piece(kRepackedKDminOffset + r * 2, offsetof(BlockQ4_K, dmin), 2);
-    for (int p = 0; p < 32; ++p) {
-      piece(kRepackedKQsOffset + p * 64 + r * 4, offsetof(BlockQ4_K, qs) + 4 * p, 4);
+    const int64_t qs = type == DType::kQ4_K ? offsetof(BlockQ4_K, qs) : offsetof(BlockQ5_K, qs);
+    for (int p = 0; p < 32; ++p) piece(repacked_k_qs_offset(type, p) + r * 4, qs + 4 * p, 4);
+    if (type == DType::kQ5_K) {
+      for (int l = 0; l < 8; ++l) {
+        piece(repacked_q5_k_qh_offset(l) + r * 4, offsetof(BlockQ5_K, qh) + 4 * l, 4);
+      }
     }
     return;
   }
