@@ -2,7 +2,8 @@
 // layout the SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces
 // of 8 rows for the 16-bit floats), so that decoding streams each thread's rows as one run
 // instead of gathering short rows (and, for the quantized types, transposing their blocks) on
-// every call. Same bytes per weight as the file; results are bit for bit the same.
+// every call. Same bytes per weight as the file (Q6_K: +1%, its d padded to a cache line);
+// results are bit for bit the same.
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
 // with zero blocks); its blocks (32 columns, 256 for the K-quants) follow each other,
