@@ -465,13 +465,18 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
 }
 
 // K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
-// every level: the AVX-512 decode reads the tiles, every other path their rows read back; last
-// partial tiles, odd thread splits and 1-19 tokens included. The repacking itself round-trips.
+// every level: the AVX-512 kernels read the tiles (or panels of their rows read back), AVX2 their
+// rows read back; last partial tiles, odd thread splits and 1-19, 64 and 67 tokens included. The
+// repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   std::mt19937 rng(4096);
   ThreadPool pool1(1);
   ThreadPool pool2(2);
-  const int64_t max_tokens = 19;
+  // 1-19 tokens, and past each type's switch from tiles to panels (16 for Q6_K, 64 for Q5_K).
+  std::vector<int64_t> token_counts;
+  for (int64_t tokens = 1; tokens <= 19; ++tokens) token_counts.push_back(tokens);
+  token_counts.insert(token_counts.end(), {64, 67});
+  const int64_t max_tokens = token_counts.back();
   for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t rows : {1, 7, 16, 17, 40}) {
       for (int64_t cols : {256, 768}) {
@@ -495,7 +500,7 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
               << dtype_name(type) << " rows " << rows << " cols " << cols << " tile at " << r0;
         }
         for (KernelLevel level : simd_levels()) {
-          for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
+          for (int64_t tokens : token_counts) {
             for (ThreadPool* pool : {&pool1, &pool2}) {
               std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
               std::vector<float> y(expected.size(), NAN);
