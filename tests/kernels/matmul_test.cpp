@@ -472,7 +472,7 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   std::mt19937 rng(4096);
   ThreadPool pool1(1);
   ThreadPool pool2(2);
-  // 1-19 tokens, and past each type's switch from tiles to panels (16 for Q6_K, 64 for Q5_K).
+  // 1-19 tokens, and past Q5_K's switch from tiles to panels (64 tokens).
   std::vector<int64_t> token_counts;
   for (int64_t tokens = 1; tokens <= 19; ++tokens) token_counts.push_back(tokens);
   token_counts.insert(token_counts.end(), {64, 67});
