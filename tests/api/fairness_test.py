@@ -51,7 +51,10 @@ A_STREAMS = 20
 A_PROMPT_TOKENS = 300
 A_MAX_TOKENS = 64
 LOAD_RATIO = 10.0  # A's load ≥ this × B's (issue 5)
-B_RATE_MARGIN = 1.5  # B's mean rate is set this much lower than LOAD_RATIO alone would allow
+# B's mean rate is set this much lower than LOAD_RATIO alone would allow: A's rate measured
+# before B starts overstates it while B runs (B's requests share the engine, and ctest runs
+# other tests beside this one): once 1391 tokens/s before, 927 while B ran, so 1.5 gave 9.8x.
+B_RATE_MARGIN = 2.0
 MAX_RATIO = 2.0  # issue 5: B's median TTFT under A's load ≤ 2× alone
 A_RAMP_SECONDS = 5.0  # A's streams start one after another over this long
 LOAD_WARMUP_SECONDS = 20.0  # at most this long for A to fill the engine
