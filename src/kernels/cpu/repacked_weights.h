@@ -1,14 +1,14 @@
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16 and BF16 weights repacked at load into tiles of rows, the
-// layout the SIMD kernels compute in ("lanes are rows", see matmul_simd_q8.inc; 16-value pieces
-// of 8 rows for the 16-bit floats), so that decoding streams each thread's rows as one run
-// instead of gathering short rows (and, for the quantized types, transposing their blocks) on
-// every call. Same bytes per weight as the file (Q6_K: +1%, its d padded to a cache line);
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16 and BF16 weights repacked at load into
+// tiles of rows, the layout the SIMD kernels compute in ("lanes are rows", see
+// matmul_simd_q8.inc; 16-value pieces of 8 rows for the 16-bit floats), so that decoding streams
+// each thread's rows as one run instead of gathering short rows (and, for the quantized types,
+// transposing their blocks) on every call. Same bytes per weight as the file (Q6_K: +1%, its d padded to a cache line);
 // results are bit for bit the same.
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
 // with zero blocks); its blocks (32 columns, 256 for the K-quants) follow each other,
-// repacked_block_bytes(type) apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a 512-bit vector holds a dword
-// of each row):
+// repacked_block_bytes(type) apart. Block b of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tile (T = 16: a
+// 512-bit vector holds a dword of each row):
 //   q  Q4_0/Q4_1/Q5_0/Q5_1: 4 x 64 bytes: vector p, lane r (4 bytes) = bytes 4p..4p+3 of row
 //      r's qs, i.e. values 4p..4p+3 in the low nibbles and 16+4p..16+4p+3 in the high ones;
 //      Q8_0: 8 x 64 bytes: vector j, lane r = values 4j..4j+3 of row r (signed bytes)
