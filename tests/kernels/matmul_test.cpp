@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <random>
 #include <string>
@@ -464,6 +465,26 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   }
 }
 
+// The repacked matrix gives exactly the file layout's outputs at every SIMD level, for each token
+// count (x holds at least the largest) and each pool.
+void expect_repacked_matches_file(const WeightMatrix& file, const WeightMatrix& repacked,
+                                  const std::vector<float>& x,
+                                  const std::vector<int64_t>& token_counts,
+                                  std::initializer_list<ThreadPool*> pools) {
+  for (KernelLevel level : simd_levels()) {
+    for (int64_t tokens : token_counts) {
+      for (ThreadPool* pool : pools) {
+        std::vector<float> expected(static_cast<size_t>(tokens * file.rows), NAN);
+        std::vector<float> y(expected.size(), NAN);
+        matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
+        matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
+        ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+            << case_name(file.type, level, file.rows, file.cols, tokens, pool->num_threads());
+      }
+    }
+  }
+}
+
 // K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
 // every level: the AVX-512 kernels read the tiles (or panels of their rows read back), AVX2 their
 // rows read back; last partial tiles, odd thread splits and 1-19, 64 and 67 tokens included. The
@@ -499,18 +520,8 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
           ASSERT_EQ(0, std::memcmp(back.data(), w.data() + r0 * row_bytes, back.size()))
               << dtype_name(type) << " rows " << rows << " cols " << cols << " tile at " << r0;
         }
-        for (KernelLevel level : simd_levels()) {
-          for (int64_t tokens : token_counts) {
-            for (ThreadPool* pool : {&pool1, &pool2}) {
-              std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
-              std::vector<float> y(expected.size(), NAN);
-              matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
-              matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
-              ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-                  << case_name(type, level, rows, cols, tokens, pool->num_threads());
-            }
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(
+            expect_repacked_matches_file(file, repacked, x, token_counts, {&pool1, &pool2}));
       }
     }
   }
@@ -524,6 +535,8 @@ TEST(MatmulTest, RepackedSixteenBitFloatsMatchFileLayoutBitForBit) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   const int64_t max_tokens = 19;
+  std::vector<int64_t> token_counts;
+  for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) token_counts.push_back(tokens);
   for (DType type : {DType::kF16, DType::kBF16}) {
     for (int64_t rows : {1, 7, 8, 9, 31, 37}) {
       for (int64_t cols : {32, 96, 576}) {
@@ -536,18 +549,8 @@ TEST(MatmulTest, RepackedSixteenBitFloatsMatchFileLayoutBitForBit) {
         RepackedWeights::repack_into(file, packed);
         WeightMatrix repacked = file;
         repacked.packed = packed;
-        for (KernelLevel level : simd_levels()) {
-          for (int64_t tokens = 1; tokens <= max_tokens; ++tokens) {
-            for (ThreadPool* pool : {&pool1, &pool2}) {
-              std::vector<float> expected(static_cast<size_t>(tokens * rows), NAN);
-              std::vector<float> y(expected.size(), NAN);
-              matmul_at_level(level, file, x.data(), tokens, expected.data(), *pool);
-              matmul_at_level(level, repacked, x.data(), tokens, y.data(), *pool);
-              ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-                  << case_name(type, level, rows, cols, tokens, pool->num_threads());
-            }
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(
+            expect_repacked_matches_file(file, repacked, x, token_counts, {&pool1, &pool2}));
       }
     }
   }
