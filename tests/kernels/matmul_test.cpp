@@ -1,7 +1,8 @@
-// Consistency tests for kernels::matmul: every SIMD level against the scalar reference (tight,
-// only f32 summation order differs; bit for bit for the Q8-dot types), and the reference against a plain f32 product of the
-// dequantized weights with the unquantized activations (loose, bounded by the 8-bit rounding of
-// the activations).
+// Consistency tests for kernels::matmul: every SIMD level against the scalar reference (bit for
+// bit for the types with 8-bit activations, Q4_0..Q8_0 and the K-quants; tight for the float
+// types, where only the f32 summation order differs), and the reference against a plain f32
+// product of the dequantized weights with the unquantized activations (loose, bounded by the
+// 8-bit rounding of the activations).
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_input.h"
 #include "kernels/cpu/repacked_weights.h"
@@ -420,10 +421,12 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 }
 
 // Q4_0..Q8_0 kernels repeat reference::dot_q8's float operations one by one (exact integer
-// block dots, then separately rounded muls and adds in block order), so every SIMD level equals
-// the reference bit for bit, for every token count (1..65: the decode, direct and panel paths,
-// every token-tile remainder) and row count (partial 8-row groups and 16-row tiles, odd thread
-// splits), from the file's layout and from weights repacked at load (Q4_0, Q4_1, Q8_0).
+// block dots, then separately rounded muls and adds in block order), and the K-quant kernels
+// reference::dot_q8_k's (exact integer super-block sums, then its muls and adds), so every SIMD
+// level equals the reference bit for bit, for every token count (1..65: the decode, direct and
+// panel paths, every token-tile remainder, Q5_K's panels from its tiles) and row count (partial
+// 8-row groups and 16-row tiles, odd thread splits), from the file's layout and from weights
+// repacked at load.
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
 TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
@@ -433,7 +436,10 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
   ThreadPool pool2(2);
   const int64_t max_tokens = 65;
   for (int64_t rows : {1, 7, 8, 9, 16, 24, 31, 37}) {
-    for (int64_t cols : {32, 96, 576}) {
+    const bool k_quant = dtype_info(type).block_elements == 256;
+    const std::vector<int64_t> widths =
+        k_quant ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576};
+    for (int64_t cols : widths) {
       const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
       const std::vector<float> x = random_activations(max_tokens, cols, rng);
       std::vector<float> y_ref(static_cast<size_t>(max_tokens * rows));
@@ -486,8 +492,8 @@ void expect_repacked_matches_file(const WeightMatrix& file, const WeightMatrix& 
 }
 
 // K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
-// every level: the AVX-512 kernels read the tiles (or panels of their rows read back), AVX2 their
-// rows read back; last partial tiles, odd thread splits and 1-19, 64 and 67 tokens included. The
+// every level: the AVX-512 kernels read the tiles (1, 2 or 4 tokens at a time), AVX2 their rows
+// read back; last partial tiles, odd thread splits and 1-19, 64 and 67 tokens included. The
 // repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   std::mt19937 rng(4096);
@@ -806,7 +812,7 @@ TEST(MatmulTest, RepeatedCallsWithChangingShapes) {
 
 INSTANTIATE_TEST_SUITE_P(Q8DotTypes, MatmulQ8TypeTest,
                          testing::Values(DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                                         DType::kQ8_0),
+                                         DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });
