@@ -510,7 +510,7 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
         const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
         const std::vector<float> x = random_activations(max_tokens, cols, rng);
         const WeightMatrix file{type, w.data(), rows, cols};
-        ASSERT_TRUE(RepackedWeights::has_layout(file));
+        ASSERT_TRUE(RepackedWeights::supports(file));
         HugePageArena arena;
         uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
         RepackedWeights::repack_into(file, packed);

@@ -2,8 +2,9 @@
 // tiles of rows, the layout the SIMD kernels compute in ("lanes are rows", see
 // matmul_simd_q8.inc; 16-value pieces of 8 rows for the 16-bit floats), so that decoding streams
 // each thread's rows as one run instead of gathering short rows (and, for the quantized types,
-// transposing their blocks) on every call. Same bytes per weight as the file (Q6_K: +1%, its d padded to a cache line);
-// results are bit for bit the same.
+// transposing their blocks) on every call. Same bytes per weight as the file (Q6_K: +1%, its d
+// padded to a cache line); results are bit for bit the same. AVX2 reads the 16-row tiles as two
+// 8-row groups (the 256-bit half h of each vector, rows 8h..8h+7).
 //
 // Tile t holds rows T*t..T*t+T-1, T = repacked_tile_rows(type) (a last partial tile is padded
 // with zero blocks); its blocks (32 columns, 256 for the K-quants) follow each other,
@@ -93,20 +94,16 @@ inline constexpr int64_t kRepackedQ6KGroupBytes = 192;
 
 class RepackedWeights {
  public:
-  // Whether `w`'s type has a repacked layout (and its shape fits it).
-  static bool has_layout(const WeightMatrix& w);
-  // Whether `w` gains from repacking on this CPU: it has a layout, and for the K-quants the
-  // AVX-512 kernels run (the AVX2 ones read their tiles back into rows, slower than the file's
-  // layout).
+  // Whether `w`'s type has a repacked layout (and its shape fits it): every SIMD level reads it.
   static bool supports(const WeightMatrix& w);
-  // Bytes of `w` repacked (has_layout(w) must hold).
+  // Bytes of `w` repacked (supports(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
   // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
   // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
   static void repack_into(const WeightMatrix& w, uint8_t* out);
   // The inverse for the first `num_rows` rows of one K-quant tile (`tile` of a matrix of
-  // `cols` columns): row r in the file's layout at out + r * row_bytes, for kernels that read
-  // rows.
+  // `cols` columns): row r in the file's layout at out + r * row_bytes (the tests check with it
+  // that repacking loses nothing).
   static void unpack_k_tile(DType type, const uint8_t* tile, int64_t cols, int num_rows,
                             uint8_t* out, int64_t row_bytes);
 };
