@@ -94,9 +94,13 @@ inline constexpr int64_t kRepackedQ6KGroupBytes = 192;
 
 class RepackedWeights {
  public:
-  // Whether `w`'s type has a repacked layout (and its shape fits it): every SIMD level reads it.
+  // Whether `w`'s type has a repacked layout (and its shape fits it). Every SIMD level reads
+  // every layout.
+  static bool has_layout(const WeightMatrix& w);
+  // Whether `w` gains from repacking on this CPU: it has a layout, and for Q6_K the AVX-512
+  // kernels run (AVX2 reads Q6_K tiles back into rows, slower than the file's layout).
   static bool supports(const WeightMatrix& w);
-  // Bytes of `w` repacked (supports(w) must hold).
+  // Bytes of `w` repacked (has_layout(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
   // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
   // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
