@@ -15,8 +15,9 @@ repetition (each call loads the model again): these machines' read bandwidth cha
 minute to minute, and turns of a few seconds let every engine see the same phases.
 
 Models (made first if missing): the default SmolLM2-135M Q4_1 and its Q8_0 / F16 variants
-(tools/make_model_variant.py), and random weights in the Llama-3.2-1B shape in Q4_0 and Q8_0
-(tools/make_random_model.py). --long adds pp8192 on the default model (minutes per engine).
+(tools/make_model_variant.py), random weights in the Llama-3.2-1B shape in Q4_0 and Q8_0
+(tools/make_random_model.py) and in Q4_K_M (tools/make_k_quant_model.py, llama.cpp's quantizer
+from the Q8_0 one). --long adds pp8192 on the default model (minutes per engine).
 Needs build/tachyon, .venv-llamacpp (tools/requirements-llamacpp.txt) and .venv-ikllama
 (tools/requirements-ikllama.txt).
 """
@@ -41,8 +42,9 @@ DEFAULT = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
 def ensure_models() -> dict[str, Path]:
     python = str(ROOT / ".venv/bin/python")
 
-    def made(*argv: str) -> Path:
-        out = subprocess.run([python, *argv], capture_output=True, text=True, check=True)
+    def made(*argv: str, python: str = python) -> Path:
+        out = subprocess.run([python, *argv], capture_output=True, text=True, check=True,
+                             cwd=ROOT)
         return Path(out.stdout.strip().splitlines()[-1])
 
     return {
@@ -51,6 +53,8 @@ def ensure_models() -> dict[str, Path]:
         "SmolLM2-135M F16": made("tools/make_model_variant.py", "--type", "F16"),
         "Llama-3.2-1B shape Q4_0": made("tools/make_random_model.py", "--type", "Q4_0"),
         "Llama-3.2-1B shape Q8_0": made("tools/make_random_model.py", "--type", "Q8_0"),
+        "Llama-3.2-1B shape Q4_K_M": made("tools/make_k_quant_model.py", "--type", "Q4_K_M",
+                                          python=str(ROOT / ".venv-llamacpp/bin/python")),
     }
 
 
@@ -91,7 +95,8 @@ def main() -> int:
             ("SmolLM2-135M Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
             ("SmolLM2-135M F16", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
             ("Llama-3.2-1B shape Q4_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
-            ("Llama-3.2-1B shape Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"])]
+            ("Llama-3.2-1B shape Q8_0", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
+            ("Llama-3.2-1B shape Q4_K_M", ["-p", "512", "-n", "128"], ["pp512", "tg128"])]
     if args.long:
         plan.append(("SmolLM2-135M Q4_1", ["-p", "8192", "-n", "0"], ["pp8192"]))
     if args.only:
