@@ -424,9 +424,9 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 // block dots, then separately rounded muls and adds in block order), and the K-quant kernels
 // reference::dot_q8_k's (exact integer super-block sums, then its muls and adds), so every SIMD
 // level equals the reference bit for bit, for every token count (1..65: the decode, direct and
-// panel paths, every token-tile remainder, Q5_K's panels from its tiles) and row count (partial
-// 8-row groups and 16-row tiles, odd thread splits), from the file's layout and from weights
-// repacked at load.
+// panel paths, every token-tile remainder, the K-quant tiles' 4-, 2- and 1-token passes, AVX2's
+// Q6_K rows read back from tiles) and row count (partial 8-row groups and 16-row tiles, odd
+// thread splits), from the file's layout and from weights repacked at load.
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
 TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
@@ -445,7 +445,7 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
       std::vector<float> y_ref(static_cast<size_t>(max_tokens * rows));
       ASSERT_TRUE(
           reference::matmul(type, w.data(), rows, cols, x.data(), max_tokens, y_ref.data()).ok());
-      // The file's layout, and (Q4_0, Q4_1, Q8_0) the repacked one.
+      // The file's layout, and the repacked one.
       std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
       HugePageArena arena;
       if (RepackedWeights::has_layout(layouts[0])) {

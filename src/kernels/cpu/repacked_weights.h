@@ -98,7 +98,8 @@ class RepackedWeights {
   // every layout.
   static bool has_layout(const WeightMatrix& w);
   // Whether `w` gains from repacking on this CPU: it has a layout, and for Q6_K the AVX-512
-  // kernels run (AVX2 reads Q6_K tiles back into rows, slower than the file's layout).
+  // kernels run (AVX2 has no Q6_K tile kernel: one streamed slower than the file's rows; given
+  // Q6_K tiles, AVX2 reads them back into rows).
   static bool supports(const WeightMatrix& w);
   // Bytes of `w` repacked (has_layout(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
