@@ -425,8 +425,8 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 // reference::dot_q8_k's (exact integer super-block sums, then its muls and adds), so every SIMD
 // level equals the reference bit for bit, for every token count (1..65: the decode, direct and
 // panel paths, every token-tile remainder, the K-quant tiles' 4-, 2- and 1-token passes, AVX2's
-// Q6_K rows read back from tiles) and row count (partial 8-row groups and 16-row tiles, odd
-// thread splits), from the file's layout and from weights repacked at load.
+// Q6_K panels of rows read back from tiles) and row count (partial 8-row groups and 16-row
+// tiles, odd thread splits), from the file's layout and from weights repacked at load.
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
 TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
@@ -448,7 +448,7 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
       // The file's layout, and the repacked one.
       std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
       HugePageArena arena;
-      if (RepackedWeights::has_layout(layouts[0])) {
+      if (RepackedWeights::supports(layouts[0])) {
         uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(layouts[0]));
         RepackedWeights::repack_into(layouts[0], packed);
         layouts.push_back(layouts[0]);
@@ -492,9 +492,9 @@ void expect_repacked_matches_file(const WeightMatrix& file, const WeightMatrix& 
 }
 
 // K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
-// every level: the AVX-512 kernels read the tiles (1, 2 or 4 tokens at a time), AVX2 Q4_K's and
-// Q5_K's as two 8-row halves and Q6_K's rows read back; last partial tiles, odd thread splits and
-// 1-19, 64 and 67 tokens included. The repacking itself round-trips.
+// every level: the kernels read the tiles (1, 2 or 4 tokens at a time; AVX2 as two 8-row
+// halves, and from 16 tokens Q6_K's rows read back for its panels); last partial tiles, odd
+// thread splits and 1-19, 64 and 67 tokens included. The repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   std::mt19937 rng(4096);
   ThreadPool pool1(1);
@@ -510,7 +510,7 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
         const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
         const std::vector<float> x = random_activations(max_tokens, cols, rng);
         const WeightMatrix file{type, w.data(), rows, cols};
-        ASSERT_TRUE(RepackedWeights::has_layout(file));
+        ASSERT_TRUE(RepackedWeights::supports(file));
         HugePageArena arena;
         uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
         RepackedWeights::repack_into(file, packed);

@@ -57,14 +57,8 @@ void for_each_k_piece(DType type, int r, const Piece& piece) {
 
 }  // namespace
 
-bool RepackedWeights::has_layout(const WeightMatrix& w) {
-  return repacked_block_bytes(w.type) > 0 && w.cols % block_columns(w.type) == 0 && w.rows > 0;
-}
-
 bool RepackedWeights::supports(const WeightMatrix& w) {
-  if (!has_layout(w)) return false;
-  // AVX2 reads Q6_K rows (see matmul_simd_k.inc: its tiles streamed slower there).
-  return w.type != DType::kQ6_K || active_kernel_level() == KernelLevel::kAvx512;
+  return repacked_block_bytes(w.type) > 0 && w.cols % block_columns(w.type) == 0 && w.rows > 0;
 }
 
 int64_t RepackedWeights::packed_bytes(const WeightMatrix& w) {
@@ -90,7 +84,7 @@ void RepackedWeights::unpack_k_tile(DType type, const uint8_t* tile, int64_t col
 }
 
 void RepackedWeights::repack_into(const WeightMatrix& w, uint8_t* out) {
-  TACHYON_CHECK(has_layout(w));
+  TACHYON_CHECK(supports(w));
   const int64_t blocks = w.cols / block_columns(w.type);
   const int tile_rows = repacked_tile_rows(w.type);
   const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;

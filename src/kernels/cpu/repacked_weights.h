@@ -96,12 +96,8 @@ class RepackedWeights {
  public:
   // Whether `w`'s type has a repacked layout (and its shape fits it). Every SIMD level reads
   // every layout.
-  static bool has_layout(const WeightMatrix& w);
-  // Whether `w` gains from repacking on this CPU: it has a layout, and for Q6_K the AVX-512
-  // kernels run (AVX2 has no Q6_K tile kernel: one streamed slower than the file's rows; given
-  // Q6_K tiles, AVX2 reads them back into rows).
   static bool supports(const WeightMatrix& w);
-  // Bytes of `w` repacked (has_layout(w) must hold).
+  // Bytes of `w` repacked (supports(w) must hold).
   static int64_t packed_bytes(const WeightMatrix& w);
   // Repacks `w` into `out`: packed_bytes(w) zeroed bytes, 64-byte aligned (the kernels load
   // whole vectors aligned), e.g. from a HugePageArena. Point w.packed at `out` to use it.
