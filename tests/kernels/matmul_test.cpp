@@ -121,6 +121,15 @@ std::vector<float> random_activations(int64_t num_tokens, int64_t cols, std::mt1
   return x;
 }
 
+// `file` (which RepackedWeights must support) with its repacked copy in `arena`.
+WeightMatrix repacked_copy(const WeightMatrix& file, HugePageArena& arena) {
+  WeightMatrix repacked = file;
+  uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
+  RepackedWeights::repack_into(file, packed);
+  repacked.packed = packed;
+  return repacked;
+}
+
 std::vector<KernelLevel> simd_levels() {
   std::vector<KernelLevel> levels;
   for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512}) {
@@ -449,10 +458,7 @@ TEST_P(MatmulQ8TypeTest, SimdMatchesReferenceBitForBit) {
       std::vector<WeightMatrix> layouts{WeightMatrix{type, w.data(), rows, cols}};
       HugePageArena arena;
       if (RepackedWeights::supports(layouts[0])) {
-        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(layouts[0]));
-        RepackedWeights::repack_into(layouts[0], packed);
-        layouts.push_back(layouts[0]);
-        layouts.back().packed = packed;
+        layouts.push_back(repacked_copy(layouts[0], arena));
       }
       for (const WeightMatrix& matrix : layouts) {
         for (KernelLevel level : simd_levels()) {
@@ -512,10 +518,8 @@ TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
         const WeightMatrix file{type, w.data(), rows, cols};
         ASSERT_TRUE(RepackedWeights::supports(file));
         HugePageArena arena;
-        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
-        RepackedWeights::repack_into(file, packed);
-        WeightMatrix repacked = file;
-        repacked.packed = packed;
+        const WeightMatrix repacked = repacked_copy(file, arena);
+        const uint8_t* packed = repacked.packed;
         const int64_t row_bytes = static_cast<int64_t>(file.row_bytes());
         const int64_t tile_bytes = cols / 256 * repacked_block_bytes(type);
         for (int64_t r0 = 0; r0 < rows; r0 += 16) {
@@ -548,13 +552,10 @@ TEST(MatmulTest, RepackedSixteenBitFloatsMatchFileLayoutBitForBit) {
       for (int64_t cols : {32, 96, 576}) {
         const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
         const std::vector<float> x = random_activations(max_tokens, cols, rng);
-        WeightMatrix file{type, w.data(), rows, cols};
+        const WeightMatrix file{type, w.data(), rows, cols};
         ASSERT_TRUE(RepackedWeights::supports(file));
         HugePageArena arena;
-        uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(file));
-        RepackedWeights::repack_into(file, packed);
-        WeightMatrix repacked = file;
-        repacked.packed = packed;
+        const WeightMatrix repacked = repacked_copy(file, arena);
         ASSERT_NO_FATAL_FAILURE(
             expect_repacked_matches_file(file, repacked, x, token_counts, {&pool1, &pool2}));
       }
@@ -659,9 +660,7 @@ TEST(MatmulTest, ManyProductsMatchSeparateProducts) {
     matrices.push_back(WeightMatrix{types[i], storage.back().data(), rows[i], cols});
   }
   HugePageArena arena;
-  uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrices[0]));
-  RepackedWeights::repack_into(matrices[0], packed);
-  matrices[0].packed = packed;
+  matrices[0] = repacked_copy(matrices[0], arena);
   for (KernelLevel level : simd_levels()) {
     for (int64_t tokens : {1, 2, 7, 40}) {
       const std::vector<float> x = random_activations(tokens, cols, rng);
