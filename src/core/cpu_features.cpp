@@ -24,6 +24,10 @@ namespace {
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // Leaf 0: the vendor string in EBX, EDX, ECX ("Genu", "ineI", "ntel").
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    f.intel = ebx == 0x756e6547 && edx == 0x49656e69 && ecx == 0x6c65746e;
+  }
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool os_saves_ymm = (ecx & bit_OSXSAVE) && ((_xgetbv_state() & 0x6) == 0x6);
   const bool os_saves_zmm = os_saves_ymm && ((_xgetbv_state() & 0xe0) == 0xe0);

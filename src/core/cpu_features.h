@@ -14,6 +14,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool intel = false;  // the vendor string is GenuineIntel (some tuning differs by vendor)
 
   bool has_avx2_kernels() const { return avx2 && fma && f16c; }
   bool has_avx512_kernels() const {

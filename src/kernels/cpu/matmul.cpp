@@ -148,6 +148,21 @@ bool kernel_level_available(KernelLevel level) {
   return static_cast<int>(level) <= static_cast<int>(best_level());
 }
 
+int64_t decode_prefetch_bytes() {
+  static const int64_t bytes = [] {
+    const char* requested = std::getenv("TACHYON_DECODE_PREFETCH");
+    if (requested != nullptr && *requested != '\0') {
+      char* end = nullptr;
+      const long long value = std::strtoll(requested, &end, 10);
+      if (*end == '\0' && value >= 0 && value <= (int64_t{1} << 20)) return int64_t{value};
+      std::fprintf(stderr, "tachyon: ignoring TACHYON_DECODE_PREFETCH=%s (want 0..1048576)\n",
+                   requested);
+    }
+    return CpuFeatures::get().intel ? kDecodePrefetchBytes : int64_t{0};
+  }();
+  return bytes;
+}
+
 void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t num_elements) {
   const Status status = reference::dequantize(type, src, dst, num_elements);
   TACHYON_CHECK(status.ok());

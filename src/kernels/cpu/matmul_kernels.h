@@ -19,10 +19,17 @@ inline constexpr int64_t kPanelRows = 16;
 
 // Decoding streams each weight once, and the hardware prefetchers alone may keep too few lines
 // in flight and stop at every 4 KiB page (seen on a 2-core Xeon VM: each thread read ~12 of the
-// 16 GB/s a plain read loop gets). So the decode kernels ask for every line of the weights this
-// far ahead of the one they read, into L2: that machine's default-model tg128 went from ~230
-// to ~370-410 tokens/s (1 KiB ahead: ~260, 4 KiB: ~340; 8-16 KiB alike).
+// 16 GB/s a plain read loop gets). There the decode kernels ask for every line of the weights
+// this far ahead of the one they read, into L2: the default model's tg128 went from ~230 to
+// ~370-410 tokens/s (1 KiB ahead: ~260, 4 KiB: ~340; 8-16 KiB alike).
 inline constexpr int64_t kDecodePrefetchBytes = 12 * 1024;
+
+// How far ahead the decode kernels prefetch, in bytes; 0: as tuned for AMD Zen 4, where the
+// hardware prefetchers kept up and earlier software prefetching only slowed decoding down (the
+// K-quant tiles then prefetch two super-blocks ahead into L1). TACHYON_DECODE_PREFETCH=<bytes>
+// if set (0 for the Zen 4 tuning), else kDecodePrefetchBytes on Intel CPUs and 0 elsewhere.
+// Read once.
+int64_t decode_prefetch_bytes();
 
 // Floats of per-thread scratch matmul_rows needs for rows of `cols` values and `num_tokens`
 // tokens (the Q8_0 path keeps one int32 per token and 32-value block).
