@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/prefetch.h"
 #include "kernels/cpu/convert.h"
 
 namespace tachyon {
@@ -90,6 +91,24 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
       write_row(head_offset(layer, 1, h) + static_cast<size_t>(position + p) * head_size_ * bytes,
                 values + static_cast<int64_t>(p) * kv + h * head_size_, head_size_);
     }
+  }
+}
+
+void KvCache::prefetch_store(int layer, int position, int count) const {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(position >= 0 && count >= 0 && position + count <= capacity_);
+  constexpr int kLineBytes = 64;
+  const size_t bytes = element_bytes();
+  const int line_positions = kLineBytes / static_cast<int>(bytes);  // divides kKeyBlock
+  for (int h = 0; h < num_kv_heads_; ++h) {
+    // A key line holds line_positions positions of one dimension.
+    for (int p = position; p < position + count; p += line_positions - p % line_positions) {
+      const uint8_t* keys = storage_ + head_offset(layer, 0, h) + key_index(p, 0) * bytes;
+      for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * kKeyBlock * bytes);
+    }
+    prefetch_range_for_write(
+        storage_ + head_offset(layer, 1, h) + static_cast<size_t>(position) * head_size_ * bytes,
+        static_cast<size_t>(count) * head_size_ * bytes);
   }
 }
 

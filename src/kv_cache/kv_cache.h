@@ -31,6 +31,11 @@ class KvCache {
   // disjoint positions may run on several threads at once.
   void store(int layer, int position, int count, const float* keys, const float* values);
 
+  // Prefetches, for writing, the lines store(layer, position, count, ...) will write: a decode
+  // step's store touches a line per dimension of every head (keys are stored transposed), all
+  // evicted since the previous step by the weights streamed in between.
+  void prefetch_store(int layer, int position, int count) const;
+
   // One KV head's keys and values for positions [0, count) as f32, rows of head_size.
   // keys, values: f32 [count, head_size]. head_size is the cache's (CHECKed).
   void load_head(int layer, int kv_head, int head_size, int count, float* keys,

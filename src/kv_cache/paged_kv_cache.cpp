@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/prefetch.h"
 #include "core/half.h"
 #include "kernels/cpu/convert.h"
 
@@ -78,6 +79,23 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
         for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = key[d];
         std::memcpy(value_out, value, head_size_ * sizeof(float));
       }
+    }
+  }
+}
+
+void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) const {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_);
+  const size_t bytes = element_bytes();
+  for (const int64_t slot : slots) {
+    TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(num_blocks_) * block_size_);
+    const int block = static_cast<int>(slot / block_size_);
+    const int offset = static_cast<int>(slot % block_size_);
+    for (int h = 0; h < num_kv_heads_; ++h) {
+      const uint8_t* keys = storage_ + head_offset(layer, block, 0, h) + offset * bytes;
+      for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * block_size_ * bytes);
+      prefetch_range_for_write(storage_ + head_offset(layer, block, 1, h) +
+                                   static_cast<size_t>(offset) * head_size_ * bytes,
+                               head_size_ * bytes);
     }
   }
 }

@@ -39,6 +39,9 @@ class PagedKvCache {
   // Writes row i of keys/values (f32 [slots.size(), num_kv_heads * head_size]) into cache row
   // slots[i] of `layer`. Calls for disjoint slots may run on several threads at once.
   void store(int layer, std::span<const int64_t> slots, const float* keys, const float* values);
+  // Prefetches, for writing, the lines store(layer, slots, ...) will write (a token's keys
+  // touch a line per dimension or two of every head, evicted since the previous step).
+  void prefetch_store(int layer, std::span<const int64_t> slots) const;
 
   // The first `count` positions of `block` for one KV head, widened to f32:
   // keys_by_dimension: f32 [head_size, key_stride] (row d = dimension d of every position;

@@ -32,12 +32,19 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
       std::vector<float> values(keys.size());
       for (float& x : keys) x = normal(rng);
       for (float& x : values) x = normal(rng);
-      // Stores that start and end inside blocks and cross from one to the next.
-      cache.store(2, 0, 30, keys.data(), values.data());
-      cache.store(2, 30, 170, keys.data() + 30 * kv_size, values.data() + 30 * kv_size);
-      cache.store(2, 200, 1, keys.data() + 200 * kv_size, values.data() + 200 * kv_size);
-      cache.store(2, 201, capacity - 201, keys.data() + 201 * kv_size,
-                  values.data() + 201 * kv_size);
+      // Stores that start and end inside blocks and cross from one to the next, each after
+      // prefetching its lines (which must not change what is stored or read).
+      auto store = [&](int position, int count) {
+        cache.prefetch_store(2, position, count);
+        cache.store(2, position, count, keys.data() + position * kv_size,
+                    values.data() + position * kv_size);
+      };
+      store(0, 30);
+      store(30, 170);
+      store(200, 1);
+      store(201, capacity - 201);
+      cache.prefetch_store(2, capacity - 1, 1);  // the last line of the cache
+      cache.prefetch_store(0, 0, capacity);
       for (int kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
         std::vector<float> head_keys(static_cast<size_t>(capacity) * head_size);
         std::vector<float> head_values(head_keys.size());
@@ -125,6 +132,46 @@ TEST(KvCacheTest, ThreadsStoringDisjointPositionsAtOnce) {
       apart.load_head(0, h, head_size, capacity, stored_keys.data(), stored_values.data());
       EXPECT_EQ(stored_keys, expected_keys) << dtype_name(type) << " head " << h;
       EXPECT_EQ(stored_values, expected_values) << dtype_name(type) << " head " << h;
+    }
+  }
+}
+
+// Tokens stored into blocks slot by slot, after prefetching their lines, read back as written.
+TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (DType type : {DType::kF16, DType::kF32}) {
+    const int num_kv_heads = 2;
+    const int head_size = 72;  // rows of f16 values not a whole number of lines
+    const int kv_size = num_kv_heads * head_size;
+    const int block_size = 16;
+    auto created = PagedKvCache::create(2, num_kv_heads, head_size, 4, block_size, type);
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    PagedKvCache& cache = **created;
+    // Three tokens: the first and last slots of the last block, one in block 1.
+    const std::vector<int64_t> slots = {4 * block_size - 1, 3 * block_size, block_size + 5};
+    std::vector<float> keys(slots.size() * kv_size);
+    std::vector<float> values(keys.size());
+    for (float& x : keys) x = normal(rng);
+    for (float& x : values) x = normal(rng);
+    cache.prefetch_store(1, slots);
+    cache.store(1, slots, keys.data(), values.data());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int block = static_cast<int>(slots[i] / block_size);
+      const int offset = static_cast<int>(slots[i] % block_size);
+      for (int h = 0; h < num_kv_heads; ++h) {
+        std::vector<float> block_keys(static_cast<size_t>(head_size) * block_size);
+        std::vector<float> block_values(block_keys.size());
+        cache.load_block(1, h, block, block_size, block_keys.data(), block_size,
+                         block_values.data());
+        for (int d = 0; d < head_size; ++d) {
+          const size_t at = i * kv_size + h * head_size + d;
+          const float key = type == DType::kF16 ? round_to_f16(keys[at]) : keys[at];
+          const float value = type == DType::kF16 ? round_to_f16(values[at]) : values[at];
+          ASSERT_EQ(block_keys[static_cast<size_t>(d) * block_size + offset], key);
+          ASSERT_EQ(block_values[static_cast<size_t>(offset) * head_size + d], value);
+        }
+      }
     }
   }
 }
