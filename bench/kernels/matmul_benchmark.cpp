@@ -121,6 +121,9 @@ void register_all() {
     }
     return false;
   };
+  // Llama-3.2-1B-shaped Q4_0 and Q8_0 (the larger model): attention 2048x2048, FFN
+  // 8192x2048 and 2048x8192, output 128256x2048 (streamed from memory).
+  const Shape large_shapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
   std::vector<DType> all_types(std::begin(types), std::end(types));
   all_types.push_back(DType::kQ5_K);
   for (DType type : all_types) {
@@ -128,6 +131,9 @@ void register_all() {
       if (!kernel_level_available(level)) continue;
       std::vector<Shape> type_shapes(std::begin(shapes), std::end(shapes));
       if (is_k_type(type)) type_shapes.assign(std::begin(k_shapes), std::end(k_shapes));
+      if (type == DType::kQ4_0 || type == DType::kQ8_0) {
+        type_shapes.insert(type_shapes.end(), std::begin(large_shapes), std::end(large_shapes));
+      }
       for (const Shape& shape : type_shapes) {
         // K-quants need cols % 256 == 0 (they get their own shapes above).
         if (shape.cols % dtype_info(type).block_elements != 0) continue;
