@@ -124,7 +124,23 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
     TACHYON_ASSIGN_OR_RETURN(layer.down, load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
     weights.layers.push_back(layer);
   }
+  weights.set_decode_prefetch();
   return weights;
+}
+
+void DecoderWeights::set_decode_prefetch() {
+  std::vector<kernels::WeightMatrix*> streamed{&output};
+  for (LayerWeights& layer : layers) {
+    streamed.insert(streamed.end(), {&layer.query, &layer.key, &layer.value,
+                                     &layer.attention_output, &layer.gate, &layer.up, &layer.down});
+  }
+  int64_t bytes = 0;
+  for (const kernels::WeightMatrix* w : streamed) {
+    bytes += static_cast<int64_t>(w->row_bytes()) * w->rows;
+  }
+  const int64_t ahead = kernels::decode_prefetch_bytes(bytes);
+  for (kernels::WeightMatrix* w : streamed) w->decode_prefetch = ahead;
+  token_embedding.decode_prefetch = ahead;
 }
 
 }  // namespace tachyon

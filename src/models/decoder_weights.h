@@ -37,6 +37,9 @@ struct DecoderWeights {
   std::vector<LayerWeights> layers;
 
   static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config);
+  // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
+  // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
+  void set_decode_prefetch();
 
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
@@ -21,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/huge_page_arena.h"
@@ -804,6 +808,59 @@ TEST(MatmulTest, RepeatedCallsWithChangingShapes) {
               .ok());
       for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], y_ref[i], 1e-4f * (1.0f + std::fabs(y_ref[i]))) << i;
+      }
+    }
+  }
+}
+
+// The prefetch distance: 0 (Zen 4 tuning) off Intel; on Intel the long one for a working set
+// that fits in the caches and the short one for one streamed from memory (when the L3 size is
+// known); TACHYON_DECODE_PREFETCH wins for every working set (the decode_prefetch_* runs).
+TEST(MatmulTest, DecodePrefetchDistanceFollowsTheWorkingSet) {
+  const int64_t cached = decode_prefetch_bytes(0);
+  const int64_t streamed = decode_prefetch_bytes(int64_t{1} << 50);
+  const char* requested = std::getenv("TACHYON_DECODE_PREFETCH");
+  if (requested != nullptr && *requested != '\0') {
+    EXPECT_EQ(cached, std::atoll(requested));
+    EXPECT_EQ(streamed, cached);
+  } else if (!CpuFeatures::get().intel) {
+    EXPECT_EQ(cached, 0);
+    EXPECT_EQ(streamed, 0);
+  } else {
+    EXPECT_EQ(cached, kDecodePrefetchBytes);
+    EXPECT_EQ(streamed, sysconf(_SC_LEVEL3_CACHE_SIZE) > 0 ? kDecodePrefetchFromMemoryBytes
+                                                           : kDecodePrefetchBytes);
+  }
+  // A matrix on its own (decode_prefetch -1) gets the cached working set's distance.
+  EXPECT_EQ(decode_prefetch_of(WeightMatrix{}), cached);
+  EXPECT_EQ(decode_prefetch_of(WeightMatrix{.decode_prefetch = 4096}), 4096);
+}
+
+// How far ahead a matrix's weights are prefetched changes no result: every repacked type's
+// decode tiles (1 and 2 tokens), bit for bit, at every level.
+TEST(MatmulTest, DecodePrefetchDistanceChangesNoResult) {
+  std::mt19937 rng(2048);
+  ThreadPool pool(2);
+  for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                     DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t rows = 40;
+    const int64_t cols = 512;
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+    const std::vector<float> x = random_activations(2, cols, rng);
+    HugePageArena arena;
+    WeightMatrix matrix = repacked_copy(WeightMatrix{type, w.data(), rows, cols}, arena);
+    for (KernelLevel level : simd_levels()) {
+      for (int64_t tokens : {1, 2}) {
+        std::vector<float> first;
+        for (int64_t ahead : {0, 64, 2048, 12288, 1 << 20}) {
+          matrix.decode_prefetch = ahead;
+          std::vector<float> y(static_cast<size_t>(tokens * rows));
+          matmul_at_level(level, matrix, x.data(), tokens, y.data(), pool);
+          if (first.empty()) first = y;
+          ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+              << dtype_name(type) << " " << kernel_level_name(level) << " tokens " << tokens
+              << " ahead " << ahead;
+        }
       }
     }
   }

@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/matmul_input.h"
@@ -148,19 +150,23 @@ bool kernel_level_available(KernelLevel level) {
   return static_cast<int>(level) <= static_cast<int>(best_level());
 }
 
-int64_t decode_prefetch_bytes() {
-  static const int64_t bytes = [] {
-    const char* requested = std::getenv("TACHYON_DECODE_PREFETCH");
-    if (requested != nullptr && *requested != '\0') {
+int64_t decode_prefetch_bytes(int64_t working_set_bytes) {
+  static const int64_t requested = [] {
+    const char* text = std::getenv("TACHYON_DECODE_PREFETCH");
+    if (text != nullptr && *text != '\0') {
       char* end = nullptr;
-      const long long value = std::strtoll(requested, &end, 10);
+      const long long value = std::strtoll(text, &end, 10);
       if (*end == '\0' && value >= 0 && value <= (int64_t{1} << 20)) return int64_t{value};
       std::fprintf(stderr, "tachyon: ignoring TACHYON_DECODE_PREFETCH=%s (want 0..1048576)\n",
-                   requested);
+                   text);
     }
-    return CpuFeatures::get().intel ? kDecodePrefetchBytes : int64_t{0};
+    return int64_t{-1};
   }();
-  return bytes;
+  if (requested >= 0) return requested;
+  if (!CpuFeatures::get().intel) return 0;
+  static const int64_t l3_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3_bytes > 0 && working_set_bytes > l3_bytes / 2 ? kDecodePrefetchFromMemoryBytes
+                                                          : kDecodePrefetchBytes;
 }
 
 void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t num_elements) {

@@ -23,6 +23,10 @@ struct WeightMatrix {
   // The same weights repacked for the SIMD kernels (RepackedWeights), or null. When set, the
   // SIMD kernels read only these; the reference kernels read `data`.
   const uint8_t* packed = nullptr;
+  // How many bytes ahead of their reads the decode kernels prefetch these weights: what
+  // decode_prefetch_bytes() answered for the model holding them (DecoderWeights sets it); -1
+  // (a matrix on its own): its answer for a working set that fits in the caches.
+  int64_t decode_prefetch = -1;
 
   size_t row_bytes() const;
 };
@@ -35,6 +39,15 @@ KernelLevel active_kernel_level();
 std::string_view kernel_level_name(KernelLevel level);
 // True when this CPU can run `level` (kReference always).
 bool kernel_level_available(KernelLevel level);
+
+// How far ahead the decode kernels should prefetch the weights of a model that streams
+// `working_set_bytes` per token, in bytes; 0: as tuned for AMD Zen 4, where the hardware
+// prefetchers kept up and software prefetching only slowed decoding down (the K-quant tiles
+// then prefetch two super-blocks ahead into L1). On Intel CPUs (measured on a 2-core Xeon VM,
+// where the hardware prefetchers alone fall behind) kDecodePrefetchBytes for a working set up
+// to half the L3 cache, kDecodePrefetchFromMemoryBytes past it. TACHYON_DECODE_PREFETCH=<bytes>
+// overrides it for every model (0 for the Zen 4 tuning).
+int64_t decode_prefetch_bytes(int64_t working_set_bytes);
 
 // True when matmul handles `type` (every type with a dequantizer does).
 bool matmul_supports(DType type);

@@ -17,19 +17,21 @@ namespace tachyon::kernels {
 // multiples of it so no panel straddles two threads.
 inline constexpr int64_t kPanelRows = 16;
 
-// Decoding streams each weight once, and the hardware prefetchers alone may keep too few lines
-// in flight and stop at every 4 KiB page (seen on a 2-core Xeon VM: each thread read ~12 of the
-// 16 GB/s a plain read loop gets). There the decode kernels ask for every line of the weights
-// this far ahead of the one they read, into L2: the default model's tg128 went from ~230 to
-// ~370-410 tokens/s (1 KiB ahead: ~260, 4 KiB: ~340; 8-16 KiB alike).
+// Decoding streams each weight once, and on Intel the hardware prefetchers alone may keep too
+// few lines in flight (seen on a 2-core Xeon VM: each thread read ~12 of the 16 GB/s a plain
+// read loop gets). There the decode kernels ask for every line of the weights this far ahead of
+// the one they read, into L2 (decode_prefetch_bytes). A model whose weights largely stay in the
+// L3 cache wants it far: the default model's tg128 went from ~230 to ~370-420 tokens/s with
+// 8-16 KiB (2 KiB: ~270, 4 KiB: ~350). One streamed from memory wants it near, the L2
+// streamer covering the rest: 2-4 KiB made the 1B-shaped models decode 4-8% faster than 12 KiB
+// (Q4_0 tg32 ~39 against ~37, Q8_0 22.2 against 20.9, F16 of the default model 101 against 95).
 inline constexpr int64_t kDecodePrefetchBytes = 12 * 1024;
+inline constexpr int64_t kDecodePrefetchFromMemoryBytes = 2 * 1024;
 
-// How far ahead the decode kernels prefetch, in bytes; 0: as tuned for AMD Zen 4, where the
-// hardware prefetchers kept up and earlier software prefetching only slowed decoding down (the
-// K-quant tiles then prefetch two super-blocks ahead into L1). TACHYON_DECODE_PREFETCH=<bytes>
-// if set (0 for the Zen 4 tuning), else kDecodePrefetchBytes on Intel CPUs and 0 elsewhere.
-// Read once.
-int64_t decode_prefetch_bytes();
+// The distance the decode kernels use for `w` (its decode_prefetch, or the process default).
+inline int64_t decode_prefetch_of(const WeightMatrix& w) {
+  return w.decode_prefetch >= 0 ? w.decode_prefetch : decode_prefetch_bytes(0);
+}
 
 // Floats of per-thread scratch matmul_rows needs for rows of `cols` values and `num_tokens`
 // tokens (the Q8_0 path keeps one int32 per token and 32-value block).
