@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
-#include "core/prefetch.h"
 #include "core/half.h"
+#include "core/prefetch.h"
 #include "kernels/cpu/convert.h"
 
 namespace tachyon {

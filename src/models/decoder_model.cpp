@@ -130,7 +130,9 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     cache.store(layer, start_position + first, end - first, workspace_.key.data() + offset,
                 workspace_.value.data() + offset);
   };
-  auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, start_position, num_tokens); };
+  auto prefetch_store = [&](int layer) {
+    cache.prefetch_store(layer, start_position, num_tokens);
+  };
   // This batch's keys and values are in the cache: every query attends over it.
   run_layers(tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
