@@ -1,7 +1,8 @@
 // kernels::matmul on SmolLM2-135M-shaped matrices, per weight type and kernel level, for decode
 // (1 token), batched decode (2, 8, 32 tokens) and prefill (512 tokens) with 1 and 2 threads.
 // Counters: weight_GB/s = weight bytes read per second (each call reads the matrix once);
-// GFLOP/s = 2 * rows * cols * tokens per second.
+// GFLOP/s = 2 * rows * cols * tokens per second. Matrices of 64 MiB and more are read from
+// memory (copies, see kStreamedFrom), smaller ones mostly from the caches.
 // Names: matmul/<type>/<level>/<rows>x<cols>/tokens:<n>/threads:<n>, and for the types that
 // models repack at load (RepackedWeights: Q4_0..Q8_0, Q4_K, Q6_K, F16, BF16) the same with
 // matmul/<type>-repacked/..., the layout decoding actually reads.
@@ -71,6 +72,12 @@ ThreadPool& pool_with(int threads) {
   return threads == 1 ? one : two;
 }
 
+// Matrices this large stand for the ones decoding streams from memory (an output matrix, or a
+// layer of a model far larger than the caches): the benchmark cycles through copies of them
+// totalling kStreamedBytes, so no call finds its weights in the L3 cache left by the last one.
+constexpr size_t kStreamedFrom = size_t{64} << 20;
+constexpr size_t kStreamedBytes = size_t{1} << 30;
+
 void run_matmul(benchmark::State& state, DType type, KernelLevel level, int64_t rows, int64_t cols,
                 int64_t tokens, int threads, bool repacked) {
   const std::vector<uint8_t> w = random_weights(type, rows, cols);
@@ -79,17 +86,28 @@ void run_matmul(benchmark::State& state, DType type, KernelLevel level, int64_t 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& value : x) value = normal(rng);
   std::vector<float> y(static_cast<size_t>(tokens * rows));
-  WeightMatrix matrix{type, w.data(), rows, cols};
+  const size_t copies = w.size() >= kStreamedFrom ? (kStreamedBytes + w.size() - 1) / w.size() : 1;
   HugePageArena arena;
-  if (repacked) {
-    uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrix));
-    RepackedWeights::repack_into(matrix, packed);
-    matrix.packed = packed;
+  std::vector<WeightMatrix> matrices;
+  for (size_t c = 0; c < copies; ++c) {
+    WeightMatrix matrix{type, w.data(), rows, cols};
+    if (repacked) {
+      uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrix));
+      RepackedWeights::repack_into(matrix, packed);
+      matrix.packed = packed;
+    } else if (c > 0) {
+      uint8_t* data = arena.allocate(w.size());
+      std::memcpy(data, w.data(), w.size());
+      matrix.data = data;
+    }
+    matrices.push_back(matrix);
   }
   ThreadPool& pool = pool_with(threads);
-  matmul_at_level(level, matrix, x.data(), tokens, y.data(), pool);  // warm-up: scratch grows
+  matmul_at_level(level, matrices[0], x.data(), tokens, y.data(), pool);  // warm-up: scratch grows
+  size_t next = 0;
   for (auto _ : state) {
-    matmul_at_level(level, matrix, x.data(), tokens, y.data(), pool);
+    matmul_at_level(level, matrices[next], x.data(), tokens, y.data(), pool);
+    next = (next + 1) % copies;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -24,9 +24,11 @@ inline constexpr int64_t kPanelRows = 16;
 // L3 cache wants it far: the default model's tg128 went from ~230 to ~370-420 tokens/s with
 // 8-16 KiB (2 KiB: ~270, 4 KiB: ~350). One streamed from memory wants it near, the L2
 // streamer covering the rest: 2-4 KiB made the 1B-shaped models decode 4-8% faster than 12 KiB
-// (Q4_0 tg32 ~39 against ~37, Q8_0 22.2 against 20.9, F16 of the default model 101 against 95).
+// (Q4_0 tg32 ~39 against ~37, Q8_0 22.2 against 20.9, F16 of the default model 101 against 95),
+// with a narrow best near 3 KiB (medians of 6-8 alternating runs, tg32 at 1 / 2 / 2.5 / 3 / 4
+// KiB: 1B Q4_0 35.7 / 38.6 / 40.4 / 40.6 / 37.6; F16 at 2 / 3 / 4 KiB: 98 / 107 / 103).
 inline constexpr int64_t kDecodePrefetchBytes = 12 * 1024;
-inline constexpr int64_t kDecodePrefetchFromMemoryBytes = 2 * 1024;
+inline constexpr int64_t kDecodePrefetchFromMemoryBytes = 3 * 1024;
 
 // The distance the decode kernels use for `w` (its decode_prefetch, or the process default).
 inline int64_t decode_prefetch_of(const WeightMatrix& w) {
