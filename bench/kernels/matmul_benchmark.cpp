@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_allocator.h"
 #include "core/dtype.h"
 #include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
@@ -81,7 +82,7 @@ constexpr size_t kStreamedBytes = size_t{1} << 30;
 void run_matmul(benchmark::State& state, DType type, KernelLevel level, int64_t rows, int64_t cols,
                 int64_t tokens, int threads, bool repacked) {
   const std::vector<uint8_t> w = random_weights(type, rows, cols);
-  std::vector<float> x(static_cast<size_t>(tokens * cols));
+  AlignedVector<float> x(static_cast<size_t>(tokens * cols));  // as a model's activations
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& value : x) value = normal(rng);

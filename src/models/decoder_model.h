@@ -6,8 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include "core/aligned_allocator.h"
 #include "core/function_ref.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/matmul_input.h"
 #include "kv_cache/kv_cache.h"
 #include "kv_cache/paged_kv_cache.h"
@@ -62,20 +63,20 @@ class DecoderModel {
  private:
   DecoderModel(ModelConfig config, DecoderWeights weights);
 
-  // Activations for a batch of tokens, reused across calls.
+  // Activations for a batch of tokens, reused across calls (64-byte aligned for the kernels).
   struct Workspace {
-    std::vector<float> residual;   // f32 [tokens, hidden]
-    std::vector<float> normed;     // f32 [tokens, hidden]
+    AlignedVector<float> residual;   // f32 [tokens, hidden]
+    AlignedVector<float> normed;     // f32 [tokens, hidden]
     // `normed` as the products after a norm read it: each row quantized right after its norm
     // (native numerics only).
     kernels::MatmulInput normed_input;
-    std::vector<float> query;      // f32 [tokens, q_size]
-    std::vector<float> key;        // f32 [tokens, kv_size]
-    std::vector<float> value;      // f32 [tokens, kv_size]
-    std::vector<float> attention;  // f32 [tokens, q_size]
-    std::vector<float> projected;  // f32 [tokens, hidden]
-    std::vector<float> gate;       // f32 [tokens, ffn]
-    std::vector<float> up;         // f32 [tokens, ffn]
+    AlignedVector<float> query;      // f32 [tokens, q_size]
+    AlignedVector<float> key;        // f32 [tokens, kv_size]
+    AlignedVector<float> value;      // f32 [tokens, kv_size]
+    AlignedVector<float> attention;  // f32 [tokens, q_size]
+    AlignedVector<float> projected;  // f32 [tokens, hidden]
+    AlignedVector<float> gate;       // f32 [tokens, ffn]
+    AlignedVector<float> up;         // f32 [tokens, ffn]
     std::vector<float> rope_cos;   // f32 [tokens, head_size/2]
     std::vector<float> rope_sin;   // f32 [tokens, head_size/2]
     std::vector<int> positions;

@@ -38,7 +38,7 @@ inline int64_t decode_prefetch_of(const WeightMatrix& w) {
 // Floats of per-thread scratch matmul_rows needs for rows of `cols` values and `num_tokens`
 // tokens (the Q8_0 path keeps one int32 per token and 32-value block).
 inline int64_t matmul_scratch_floats(int64_t cols, int64_t num_tokens) {
-  return kPanelRows * (cols + 8) + 64 + num_tokens * (cols / 32);
+  return kPanelRows * (cols + 16) + 64 + num_tokens * (cols / 32);
 }
 
 // The generic fallback's way to the reference dequantizer: defined in matmul.cpp (generic
