@@ -567,6 +567,37 @@ TEST(MatmulTest, RepackedSixteenBitFloatsMatchFileLayoutBitForBit) {
   }
 }
 
+// f32 prompt products sweep tokens in blocks that keep their activations in L2 (a few dozen
+// tokens of rows this wide): every token of a batch spanning several blocks, partial last
+// block and odd thread splits included, gets what it gets alone, bit for bit.
+TEST(MatmulTest, FloatPromptTokenBlocksMatchTokensAlone) {
+  std::mt19937 rng(4128);
+  ThreadPool pool(2);
+  const int64_t rows = 21;
+  const int64_t cols = 4128;  // 16.5 KiB of f32 per token: blocks of ~28 tokens
+  const int64_t tokens = 70;
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, rng);
+    const std::vector<float> x = random_activations(tokens, cols, rng);
+    HugePageArena arena;
+    const WeightMatrix file{type, w.data(), rows, cols};
+    const WeightMatrix repacked =
+        RepackedWeights::supports(file) ? repacked_copy(file, arena) : file;
+    for (const WeightMatrix& matrix : {file, repacked}) {
+      for (KernelLevel level : simd_levels()) {
+        std::vector<float> batch(static_cast<size_t>(tokens * rows), NAN);
+        matmul_at_level(level, matrix, x.data(), tokens, batch.data(), pool);
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::vector<float> alone(static_cast<size_t>(rows), NAN);
+          matmul_at_level(level, matrix, x.data() + t * cols, 1, alone.data(), pool);
+          ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, rows * sizeof(float)))
+              << dtype_name(type) << " level " << kernel_level_name(level) << " token " << t;
+        }
+      }
+    }
+  }
+}
+
 // Batch invariance for every type and token count 1..65: the first `tokens` tokens of a
 // 65-token batch give bit-identical outputs when computed on their own, and each token alone
 // matches its row in the batch.
