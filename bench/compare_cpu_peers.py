@@ -2,8 +2,8 @@
 """Issue 6's table: tachyon against both CPU peers, llama.cpp mainline (llama-cpp-python) and
 ik_llama.cpp (ik-llama-cpp-python), on the same machine and thread count, the engines taking
 turns test by test so that noise from a shared machine hits all three. Prints a Markdown
-table (docs/benchmarks.md) with each test's tokens/s (mean of -r repetitions, then the median
-over --rounds), tachyon's ratio to the faster peer, and for decode tests the fraction of
+table (docs/benchmarks.md) with each test's tokens/s (median of -r repetitions, then the
+median over --rounds), tachyon's ratio to the faster peer, and for decode tests the fraction of
 tachyon bench's measured roofline (each tg repetition against the read bandwidth probed right
 before and after it).
 
@@ -124,8 +124,8 @@ def main() -> int:
                 for engine, command in runners.items():
                     rows = run_json([*command, "-m", str(models[model]), *test_args])
                     for test in tests:
-                        reps.setdefault((test, engine), []).append(
-                            rows[test]["tokens_per_second"])
+                        reps.setdefault((test, engine), []).extend(
+                            rows[test].get("samples", [rows[test]["tokens_per_second"]]))
                     if engine == "tachyon" and "roofline" in rows and "tg128" in rows:
                         # Each tg repetition against the bandwidth probed right around it.
                         fractions.append(rows["roofline"]["tg_fraction_of_roofline"])
@@ -133,9 +133,9 @@ def main() -> int:
             for engine in runners:
                 for test in tests:
                     rates.setdefault((model, test, engine), []).append(
-                        statistics.mean(reps[(test, engine)]))
+                        statistics.median(reps[(test, engine)]))
                 print(f"  {model} {' '.join(test_args)} {engine}: "
-                      f"{ {t: round(statistics.mean(reps[(t, engine)]), 1) for t in tests} }",
+                      f"{ {t: round(statistics.median(reps[(t, engine)]), 1) for t in tests} }",
                       file=sys.stderr)
             if fractions:
                 roofline.setdefault(model, []).append(statistics.median(fractions))
@@ -149,7 +149,7 @@ def main() -> int:
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; threads: {args.threads}; peers: "
           f"llama-cpp-python {versions['llama-cpp-python']} (llama.cpp mainline), "
           f"ik-llama-cpp-python {versions['ik-llama-cpp-python']} (ik_llama.cpp); "
-          f"{args.reps} repetitions per test"
+          f"median of {args.reps} repetitions per test"
           f"{' (engines taking turns repetition by repetition)' if args.interleave else ''}, "
           f"median over {args.rounds} round(s)\n")
     print("| model | test | tachyon | llama.cpp | ik_llama.cpp | tachyon / faster peer | "

@@ -85,7 +85,7 @@ class Bench:
             seconds = run()
             rates.append(count / seconds)
         mean, std = mean_std(rates)
-        return {"test": name, "tokens_per_second": mean, "stddev": std}
+        return {"test": name, "tokens_per_second": mean, "stddev": std, "samples": rates}
 
     def test_pp(self, n: int, reps: int) -> dict:
         ctx = self.context(n)

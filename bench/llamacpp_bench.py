@@ -237,7 +237,8 @@ class Bench:
         im, isd = mean_std(its) if its else (float("nan"), 0.0)
         overhead_us = ((sum(samples_ns) - sum(internal_ns)) / len(samples_ns) / n / 1e3
                        if internal_ns else float("nan"))
-        return {"test": name, "tokens_per_second": m, "stddev": sd, "_internal_tps": im,
+        return {"test": name, "tokens_per_second": m, "stddev": sd, "samples": ts,
+                "_internal_tps": im,
                 "_internal_sd": isd, "_overhead_us_per_token": overhead_us, "_samples_ns": samples_ns}
 
 
@@ -258,7 +259,8 @@ def main() -> int:
     ap.add_argument("--parallel-gen", type=int, default=64)
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--json", action="store_true",
-                    help='print [{"test", "tokens_per_second", "stddev"}, ...] (tachyon bench --json shape)')
+                    help='print [{"test", "tokens_per_second", "stddev", "samples"}, ...] '
+                         '(tachyon bench --json shape)')
     ap.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
     args = ap.parse_args()
 
@@ -278,7 +280,8 @@ def main() -> int:
     L.llama_model_free(b.model)
 
     if args.json:
-        print(json.dumps([{k: r[k] for k in ("test", "tokens_per_second", "stddev")} for r in results], indent=1))
+        print(json.dumps([{k: r[k] for k in ("test", "tokens_per_second", "stddev", "samples")}
+                          for r in results], indent=1))
     else:
         print(f"llama.cpp via llama-cpp-python {llama_cpp.__version__}; model {args.model.name}; "
               f"threads {args.threads}; reps {args.reps}; n_batch {args.batch_size}; "

@@ -43,10 +43,13 @@ struct Measurement {
   std::string test;
   double mean = 0;
   double stddev = 0;
+  std::vector<double> samples;  // tokens/s of each repetition
 };
 
 Measurement summarize(std::string test, const std::vector<double>& rates) {
-  Measurement m{std::move(test)};
+  Measurement m;
+  m.test = std::move(test);
+  m.samples = rates;
   m.mean = std::accumulate(rates.begin(), rates.end(), 0.0) / rates.size();
   double sum_squares = 0;
   for (double rate : rates) sum_squares += (rate - m.mean) * (rate - m.mean);
@@ -264,7 +267,11 @@ Status run_bench(const BenchOptions& options) {
   if (options.json) {
     boost::json::array out;
     for (const Measurement& m : results) {
-      out.push_back({{"test", m.test}, {"tokens_per_second", m.mean}, {"stddev", m.stddev}});
+      boost::json::array samples(m.samples.begin(), m.samples.end());
+      out.push_back({{"test", m.test},
+                     {"tokens_per_second", m.mean},
+                     {"stddev", m.stddev},
+                     {"samples", std::move(samples)}});
     }
     if (roofline) {
       out.push_back({{"test", "roofline"},
@@ -333,8 +340,8 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("!--no-roofline", options->roofline,
                     "Skip the memory-bandwidth probe and the decode roofline it gives");
   command->add_flag("--json", options->json,
-                    "Print a JSON list of {test, tokens_per_second, stddev} (and a roofline "
-                    "entry)");
+                    "Print a JSON list of {test, tokens_per_second, stddev, samples} (and a "
+                    "roofline entry)");
   command->callback([options] {
     Status status = run_bench(*options);
     if (!status.ok()) fail(status.message());

@@ -153,9 +153,12 @@ def main() -> int:
               result.stdout + result.stderr)
         result = run(t, "bench", "-m", str(tiny), "-p", "32", "-n", "8", "-r", "2", "--json")
         report = json.loads(result.stdout) if result.returncode == 0 else []
-        check("bench --json lists pp, tg and the decode roofline",
+        check("bench --json lists pp, tg (mean and each repetition) and the decode roofline",
               [r["test"] for r in report] == ["pp32", "tg8", "roofline"] and
               all(r["tokens_per_second"] > 0 for r in report) and
+              all(len(r["samples"]) == 2 and min(r["samples"]) > 0 and
+                  abs(sum(r["samples"]) / 2 - r["tokens_per_second"])
+                  < 1e-6 * r["tokens_per_second"] for r in report[:2]) and
               report[2].get("read_bandwidth_gb_per_s", 0) > 0 and
               report[2].get("bytes_per_token", 0) > 0 and
               report[2].get("tg_fraction_of_roofline", 0) > 0,
