@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/aligned_allocator.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/llamacpp_arithmetic.h"
 
@@ -13,12 +14,13 @@ namespace {
 
 // A work item's online-softmax state, shared by both attention paths: up to `max_tokens`
 // consecutive tokens x `group` query heads of one KV head, folded in span by span and written
-// out at the end. One per thread, reused between items.
+// out at the end. One per thread, reused between items. Buffers here are 64-byte aligned: the
+// kernels' vector loads from 16-byte aligned ones span two cache lines.
 struct SpanRunState {
-  std::vector<float> scores;       // f32 [max tokens, group, span] scratch
-  std::vector<float> running_max;  // f32 [max tokens, group]
-  std::vector<float> running_sum;  // f32 [max tokens, group]
-  std::vector<float> accumulator;  // f32 [max tokens, group, head_size]
+  AlignedVector<float> scores;       // f32 [max tokens, group, span] scratch
+  AlignedVector<float> running_max;  // f32 [max tokens, group]
+  AlignedVector<float> running_sum;  // f32 [max tokens, group]
+  AlignedVector<float> accumulator;  // f32 [max tokens, group, head_size]
   int group = 0;
   int head_size = 0;
   int span = 0;
@@ -164,8 +166,8 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                              });
   }
   // Grows to the longest context seen, then is reused.
-  thread_local std::vector<float> widened_storage;
-  std::vector<float>& widened = widened_storage;  // workers reach it through this reference
+  thread_local AlignedVector<float> widened_storage;
+  AlignedVector<float>& widened = widened_storage;  // workers reach it through this reference
   if (widened.size() < static_cast<size_t>(heads_per_pass * head_floats)) {
     widened.resize(static_cast<size_t>(heads_per_pass * head_floats));
   }
@@ -218,8 +220,8 @@ void causal_attention_llamacpp(const AttentionShape& shape, const float* queries
   const bool split = num_tokens == 1 && cells >= llamacpp::kSplitAttentionCells;
   const int split_chunk = (cells + pool.num_threads() - 1) / pool.num_threads();
   pool.run([&](int thread_index, int num_threads) {
-    thread_local std::vector<float> keys;    // f32 [positions, head_size]
-    thread_local std::vector<float> values;  // f32 [positions, head_size]
+    thread_local AlignedVector<float> keys;    // f32 [positions, head_size]
+    thread_local AlignedVector<float> values;  // f32 [positions, head_size]
     keys.resize(static_cast<size_t>(num_positions) * head_size);
     values.resize(static_cast<size_t>(num_positions) * head_size);
     for (int kv_head = thread_index; kv_head < shape.num_kv_heads; kv_head += num_threads) {
@@ -284,11 +286,11 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   thread_local std::vector<Widened> widened_sequences_storage;
   // Per sequence: its index in widened_sequences, or -1.
   thread_local std::vector<int> widened_index_storage;
-  thread_local std::vector<float> widened_storage;
+  thread_local AlignedVector<float> widened_storage;
   std::vector<Run>& runs = runs_storage;
   std::vector<Widened>& widened_sequences = widened_sequences_storage;
   std::vector<int>& widened_index = widened_index_storage;
-  std::vector<float>& widened = widened_storage;
+  AlignedVector<float>& widened = widened_storage;
   runs.clear();
   widened_sequences.clear();
   widened_index.assign(batch.sequences.size(), -1);
@@ -352,8 +354,8 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   // Folds a run's spans of a KV head into query heads [first_row, first_row + rows) of its
   // group and writes their outputs.
   auto attend = [&](SpanRunState& state, const Run& run, int kv_head, int first_row, int rows) {
-    thread_local std::vector<float> keys_by_dimension;  // f32 [head_size, span]
-    thread_local std::vector<float> values;             // f32 [span, head_size]
+    thread_local AlignedVector<float> keys_by_dimension;  // f32 [head_size, span]
+    thread_local AlignedVector<float> values;             // f32 [span, head_size]
     const BatchSequence& sequence = batch.sequences[run.sequence];
     const int widened_at = widened_index[run.sequence];
     const float* head_spans = nullptr;  // this head's first widened span, if widened
