@@ -65,8 +65,8 @@ class DecoderModel {
 
   // Activations for a batch of tokens, reused across calls (64-byte aligned for the kernels).
   struct Workspace {
-    AlignedVector<float> residual;   // f32 [tokens, hidden]
-    AlignedVector<float> normed;     // f32 [tokens, hidden]
+    AlignedVector<float> residual;  // f32 [tokens, hidden]
+    AlignedVector<float> normed;    // f32 [tokens, hidden]
     // `normed` as the products after a norm read it: each row quantized right after its norm
     // (native numerics only).
     kernels::MatmulInput normed_input;
@@ -77,8 +77,8 @@ class DecoderModel {
     AlignedVector<float> projected;  // f32 [tokens, hidden]
     AlignedVector<float> gate;       // f32 [tokens, ffn]
     AlignedVector<float> up;         // f32 [tokens, ffn]
-    std::vector<float> rope_cos;   // f32 [tokens, head_size/2]
-    std::vector<float> rope_sin;   // f32 [tokens, head_size/2]
+    std::vector<float> rope_cos;     // f32 [tokens, head_size/2]
+    std::vector<float> rope_sin;     // f32 [tokens, head_size/2]
     std::vector<int> positions;
   };
 

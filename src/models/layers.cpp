@@ -228,7 +228,8 @@ void causal_attention_llamacpp(const AttentionShape& shape, const float* queries
       cache.load_head(layer, kv_head, head_size, num_positions, keys.data(), values.data());
       for (int t = 0; t < num_tokens; ++t) {
         for (int g = 0; g < group; ++g) {
-          const int64_t offset = t * q_stride + static_cast<int64_t>(kv_head * group + g) * head_size;
+          const int64_t offset =
+              t * q_stride + static_cast<int64_t>(kv_head * group + g) * head_size;
           const int visible = start_position + t + 1;
           if (num_tokens >= llamacpp::kTiledAttentionRows) {
             llamacpp::attention_row_tiled(queries + offset, keys.data(), values.data(), visible,
