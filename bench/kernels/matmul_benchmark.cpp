@@ -92,6 +92,8 @@ void run_matmul(benchmark::State& state, DType type, KernelLevel level, int64_t 
   std::vector<WeightMatrix> matrices;
   for (size_t c = 0; c < copies; ++c) {
     WeightMatrix matrix{type, w.data(), rows, cols};
+    // The decode prefetch distance a model streaming this many bytes per token would use.
+    matrix.decode_prefetch = decode_prefetch_bytes(static_cast<int64_t>(copies * w.size()));
     if (repacked) {
       uint8_t* packed = arena.allocate(RepackedWeights::packed_bytes(matrix));
       RepackedWeights::repack_into(matrix, packed);
