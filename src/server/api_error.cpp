@@ -57,6 +57,12 @@ ApiError ApiError::wrong_type(const std::string& param, const std::string& expec
       "invalid_type");
 }
 
+ApiError ApiError::http_protocol(int status, std::string message, std::string code) {
+  ApiError error = invalid_request(std::move(message), std::nullopt, std::move(code));
+  error.status = status;
+  return error;
+}
+
 ApiError ApiError::route_not_found(const std::string& method, const std::string& target) {
   ApiError error;
   error.status = 404;

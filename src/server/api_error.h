@@ -46,6 +46,10 @@ struct ApiError {
   static ApiError request_too_large(size_t limit_bytes);
   // 500 server_error.
   static ApiError internal(std::string message);
+  // A request refused at the HTTP level before any route saw it (408 request_timeout, 414
+  // uri_too_long, 417 expectation_failed, 431 headers_too_large, 505 http_version, 400
+  // bad_http_request): invalid_request_error with `code`.
+  static ApiError http_protocol(int status, std::string message, std::string code);
 
   // 401 invalid_api_key (the Gateway's message says what was wrong with the key).
   static ApiError invalid_api_key(std::string message);

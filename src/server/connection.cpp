@@ -34,12 +34,34 @@ void Connection::begin_request(const HttpRequest& request, bool draining) {
     request_id_ = random_hex(32);
     unique_request_id_ = request_id_;
   }
+  http_version_ = request.version() == 10 ? 10 : 11;
   keep_alive_ = request.keep_alive() && !draining;
+}
+
+void Connection::arm_read_deadline(std::chrono::steady_clock::duration limit) {
+  read_timed_out_ = false;
+  const uint64_t generation = ++read_deadline_generation_;
+  read_deadline_.expires_after(limit);
+  read_deadline_.async_wait(
+      [weak = weak_from_this(), generation](const beast::error_code& error) {
+        std::shared_ptr<Connection> self = weak.lock();
+        if (error || !self || self->read_deadline_generation_ != generation) return;
+        self->read_timed_out_ = true;
+        beast::error_code ignored;
+        self->stream_.socket().cancel(ignored);
+      });
+}
+
+void Connection::disarm_read_deadline() {
+  ++read_deadline_generation_;
+  read_deadline_.cancel();
 }
 
 asio::awaitable<bool> Connection::send(HttpResponse response) {
   add_common_headers(response);
+  response.version(http_version_);
   response.keep_alive(keep_alive_);
+  if (!keep_alive_) response.set(http::field::connection, "close");
   response.prepare_payload();
   auto [error, written] =
       co_await http::async_write(stream_, response, asio::as_tuple(asio::use_awaitable));
@@ -73,6 +95,11 @@ asio::awaitable<void> Connection::discard_input(std::chrono::milliseconds limit)
     (void)n;
     if (error) break;
   }
+}
+
+asio::awaitable<void> Connection::close_gracefully(std::chrono::milliseconds linger) {
+  co_await discard_input(linger);
+  close();
 }
 
 void Connection::close() {

@@ -1,6 +1,7 @@
 // Connection: one client's TCP connection and its read buffer, plus the state of the request
-// being answered on it (request id, keep-alive). All of it is used only from the connection's
-// strand (the executor of its socket), so nothing here locks.
+// being answered on it (request id, HTTP version, keep-alive). All of it is used only from the
+// connection's strand (the executor of its socket), so nothing here locks. Always owned by a
+// shared_ptr (the read deadline's timer finds it through a weak one).
 #pragma once
 
 #include <chrono>
@@ -10,7 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include <memory>
+
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
@@ -26,9 +30,10 @@ namespace http = beast::http;
 using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
 
-class Connection {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(asio::ip::tcp::socket socket, uint64_t id) : stream_(std::move(socket)), id_(id) {}
+  Connection(asio::ip::tcp::socket socket, uint64_t id)
+      : stream_(std::move(socket)), read_deadline_(stream_.get_executor()), id_(id) {}
 
   beast::tcp_stream& stream() { return stream_; }
   // Bytes read but not parsed yet (a pipelined next request may sit here).
@@ -38,9 +43,20 @@ class Connection {
   // Waiting for the next request with nothing of it read yet: a drain may close it.
   bool idle = false;
 
-  // Starts answering `request`: takes the client's X-Request-Id (or makes one) and decides
-  // keep-alive (never while the server drains).
+  // Reads started after this and before disarm_read_deadline() are cancelled once `limit`
+  // has passed (the socket stays open, so that a 408 can still be written); read_timed_out()
+  // then says why they failed. Beast's own stream timeout would close the socket instead.
+  void arm_read_deadline(std::chrono::steady_clock::duration limit);
+  void disarm_read_deadline();
+  bool read_timed_out() const { return read_timed_out_; }
+
+  // Starts answering `request`: takes the client's X-Request-Id (or makes one), its HTTP
+  // version, and decides keep-alive (RFC 9112 section 9.3: HTTP/1.1 unless "close", HTTP/1.0
+  // only with "keep-alive"; never while the server drains).
   void begin_request(const HttpRequest& request, bool draining);
+  // 10 or 11: responses go out in the client's version (no chunked encoding to HTTP/1.0).
+  unsigned http_version() const { return http_version_; }
+  bool chunked_allowed() const { return http_version_ >= 11; }
   const std::string& request_id() const { return request_id_; }
   // request_id() when the server made it, else the client's id with a random suffix: unique,
   // for the usage ledger.
@@ -69,11 +85,20 @@ class Connection {
   // Reads and drops whatever the client still sends, for at most `limit` (so that a client
   // still uploading an oversized body reads our 413 instead of a reset connection).
   asio::awaitable<void> discard_input(std::chrono::milliseconds limit);
+  // Ends the connection after its last response (RFC 9112 section 9.6): FIN first, then
+  // reads and drops what the client still sends until it closes too or `linger` passes, then
+  // closes. Closing with unread bytes would reset the connection and could destroy the
+  // response before the client read it.
+  asio::awaitable<void> close_gracefully(std::chrono::milliseconds linger);
   // Sends FIN and closes. Safe to call twice.
   void close();
 
  private:
   beast::tcp_stream stream_;
+  asio::steady_timer read_deadline_;
+  uint64_t read_deadline_generation_ = 0;  // a deadline's handler acts only for its own arming
+  bool read_timed_out_ = false;
+  unsigned http_version_ = 11;
   beast::flat_buffer buffer_;
   uint64_t id_;
   std::string request_id_;

@@ -136,14 +136,16 @@ asio::awaitable<bool> GenerationSession::answer_whole() {
 }
 
 asio::awaitable<bool> GenerationSession::answer_stream() {
-  http::response<http::empty_body> header{http::status::ok, 11};
+  // To an HTTP/1.0 client the stream is a plain body that ends when the connection does.
+  if (!connection_.chunked_allowed()) connection_.set_keep_alive(false);
+  http::response<http::empty_body> header{http::status::ok, connection_.http_version()};
   header.set(http::field::content_type, "text/event-stream");
   header.set(http::field::cache_control, "no-cache");
   header.set("X-Accel-Buffering", "no");
   connection_.add_common_headers(header);
   header.keep_alive(connection_.keep_alive());
-  if (connection_.keep_alive()) header.set(http::field::connection, "keep-alive");
-  header.chunked(true);
+  header.set(http::field::connection, connection_.keep_alive() ? "keep-alive" : "close");
+  header.chunked(connection_.chunked_allowed());
   http::response_serializer<http::empty_body> serializer{header};
   auto [error, written] = co_await http::async_write_header(connection_.stream(), serializer,
                                                             asio::as_tuple(asio::use_awaitable));
@@ -217,6 +219,12 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
 }
 
 asio::awaitable<bool> GenerationSession::write_chunk(std::string data) {
+  if (!connection_.chunked_allowed()) {
+    auto [error, written] = co_await asio::async_write(connection_.stream(), asio::buffer(data),
+                                                       asio::as_tuple(asio::use_awaitable));
+    (void)written;
+    co_return !error;
+  }
   auto [error, written] =
       co_await asio::async_write(connection_.stream(), http::make_chunk(asio::buffer(data)),
                                  asio::as_tuple(asio::use_awaitable));
@@ -225,6 +233,7 @@ asio::awaitable<bool> GenerationSession::write_chunk(std::string data) {
 }
 
 asio::awaitable<bool> GenerationSession::end_stream() {
+  if (!connection_.chunked_allowed()) co_return true;  // closing the connection ends the body
   auto [error, written] = co_await asio::async_write(connection_.stream(), http::make_chunk_last(),
                                                      asio::as_tuple(asio::use_awaitable));
   (void)written;

@@ -1,7 +1,11 @@
 #include "server/http_server.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -44,6 +48,25 @@ void log_exception(const char* where, std::exception_ptr exception) {
   }
 }
 
+// Raises the soft descriptor limit towards the hard one so that `wanted` connections fit,
+// and returns how many do fit (keeping some descriptors for the model, the database, logs).
+int connection_limit(int wanted) {
+  constexpr rlim_t kReserved = 128;
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  const rlim_t needed = static_cast<rlim_t>(wanted) + kReserved;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    struct rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return wanted;
+  const int fits = static_cast<int>(std::max<rlim_t>(limit.rlim_cur, 2 * kReserved) - kReserved);
+  spdlog::warn("--max-connections {} lowered to {}: the process may open {} descriptors", wanted,
+               fits, static_cast<uint64_t>(limit.rlim_cur));
+  return fits;
+}
+
 bool is_http_parse_error(const beast::error_code& error) {
   return error.category() == http::make_error_code(http::error::bad_method).category() &&
          error != http::error::end_of_stream && error != http::error::partial_message;
@@ -51,6 +74,11 @@ bool is_http_parse_error(const beast::error_code& error) {
 
 // How long a client still uploading a refused body gets to read our answer.
 constexpr std::chrono::milliseconds kDiscardLimit{2000};
+// How long a closed connection waits for the client's own FIN after ours (its unread bytes
+// would otherwise turn the close into a reset).
+constexpr std::chrono::milliseconds kLingerLimit{2000};
+// The first read of a request: small requests arrive in one.
+constexpr size_t kFirstReadBytes = 8192;
 
 }  // namespace
 
@@ -84,6 +112,7 @@ Status HttpServer::listen() {
         fmt::format("cannot listen on {}:{}: {}", options.host, options.port, error.message()));
   }
   port_ = acceptor_.local_endpoint(error).port();
+  max_connections_ = connection_limit(options.max_connections);
   return Status();
 }
 
@@ -134,6 +163,22 @@ asio::awaitable<void> HttpServer::accept_loop() {
     }
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
+    if (num_connections() >= static_cast<size_t>(max_connections_)) {
+      context_.metrics().count_connection_refused();
+      if (num_refusing_.load() >= kMaxRefusing) {
+        socket.close(ignored);  // a flood: no answer for the rest
+        continue;
+      }
+      num_refusing_.fetch_add(1);
+      const asio::any_io_executor executor = socket.get_executor();
+      asio::co_spawn(executor, refuse_connection(std::move(socket)),
+                     [this](std::exception_ptr e) {
+                       num_refusing_.fetch_sub(1);
+                       log_exception("refused connection", e);
+                     });
+      continue;
+    }
+    context_.metrics().count_connection_opened();
     auto connection = std::make_shared<Connection>(std::move(socket), next_connection_id_++);
     {
       std::lock_guard<std::mutex> lock(connections_mutex_);
@@ -144,67 +189,163 @@ asio::awaitable<void> HttpServer::accept_loop() {
   }
 }
 
+asio::awaitable<void> HttpServer::refuse_connection(tcp::socket socket) {
+  // Answered before the request is read: whatever the client asks, the answer is the same.
+  auto connection = std::make_shared<Connection>(std::move(socket), 0);
+  connection->begin_request(HttpRequest{}, /*draining=*/true);
+  connection->stream().expires_after(std::chrono::seconds(2));
+  ApiError error = ApiError::unavailable(
+      fmt::format("The server has {} connections open, its limit (--max-connections); try "
+                  "again shortly",
+                  max_connections_),
+      "server_overloaded", 1);
+  if (co_await connection->send_error(error)) {
+    co_await connection->close_gracefully(std::chrono::milliseconds(500));
+  }
+  connection->close();
+}
+
 asio::awaitable<void> HttpServer::serve_connection(std::shared_ptr<Connection> connection) {
   const ServeOptions& options = context_.options();
   try {
     for (;;) {
+      // Between requests: wait for the next one's first byte (a pipelined one may be here).
+      connection->idle = connection->buffer().size() == 0;
+      if (connection->idle) {
+        if (context_.draining()) break;
+        connection->arm_read_deadline(seconds(options.idle_timeout_seconds));
+        beast::flat_buffer& buffer = connection->buffer();
+        auto [error, read] = co_await connection->stream().async_read_some(
+            buffer.prepare(kFirstReadBytes), asio::as_tuple(asio::use_awaitable));
+        connection->disarm_read_deadline();
+        connection->idle = false;
+        // Idle too long, hung up, or closed by a drain: nothing was asked, nothing to answer.
+        if (error) break;
+        buffer.commit(read);
+      }
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
       parser.body_limit(options.max_body_bytes);
-      connection->idle = connection->buffer().size() == 0;
-      if (connection->idle && context_.draining()) break;
-      connection->stream().expires_after(seconds(options.idle_timeout_seconds));
-      auto [error, read] = co_await http::async_read_header(
-          connection->stream(), connection->buffer(), parser, asio::as_tuple(asio::use_awaitable));
-      connection->idle = false;
-      if (!error && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
-        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        auto [write_error, written] = co_await asio::async_write(
-            connection->stream(), asio::buffer(kContinue), asio::as_tuple(asio::use_awaitable));
-        (void)written;
-        if (write_error) break;
-      }
-      if (!error && !parser.is_done()) {
-        auto [body_error, body_read] =
-            co_await http::async_read(connection->stream(), connection->buffer(), parser,
-                                      asio::as_tuple(asio::use_awaitable));
-        (void)body_read;
-        error = body_error;
-      }
-      (void)read;
-      if (error) {
+      std::optional<ApiError> refusal;
+      const bool whole = co_await read_request(*connection, parser, refusal);
+      if (!whole) {
         // Answer what we can tell the client about; always close afterwards, since the rest
         // of its bytes cannot be framed.
-        std::optional<ApiError> api_error;
-        if (error == http::error::body_limit) {
-          api_error = ApiError::request_too_large(options.max_body_bytes);
-        } else if (error == http::error::header_limit) {
-          api_error = ApiError::invalid_request("The request headers are too large", std::nullopt,
-                                                "headers_too_large");
-          api_error->status = 431;
-        } else if (is_http_parse_error(error) && parser.got_some()) {
-          api_error =
-              ApiError::invalid_request(fmt::format("Malformed HTTP request: {}", error.message()),
-                                        std::nullopt, "bad_http_request");
-        }
-        if (api_error) {
+        if (refusal) {
+          context_.metrics().count_http_refusal();
           connection->begin_request(parser.get(), /*draining=*/true);
           connection->stream().expires_after(std::chrono::seconds(10));
-          if (co_await connection->send_error(*api_error)) {
+          if (co_await connection->send_error(*refusal)) {
             co_await connection->discard_input(kDiscardLimit);
           }
         }
         break;
       }
+      // The answer may take long (a stream); the engine's deadline bounds it, not the socket.
       connection->stream().expires_never();
-      if (!co_await router_.serve(*connection, parser.release())) break;
+      const bool reusable = co_await router_.serve(*connection, parser.release());
+      if (!reusable) break;
+      // The client or we said "Connection: close" (or it spoke HTTP/1.0 without keep-alive).
+      if (!connection->keep_alive()) {
+        co_await connection->close_gracefully(kLingerLimit);
+        break;
+      }
     }
   } catch (const std::exception& error) {
     spdlog::error("connection {}: {}", connection->id(), error.what());
   }
   connection->close();
+  context_.metrics().count_connection_closed();
   std::lock_guard<std::mutex> lock(connections_mutex_);
   connections_.erase(connection->id());
+}
+
+asio::awaitable<bool> HttpServer::read_request(Connection& connection,
+                                               http::request_parser<http::string_body>& parser,
+                                               std::optional<ApiError>& refusal) {
+  const ServeOptions& options = context_.options();
+  connection.arm_read_deadline(seconds(options.header_timeout_seconds));
+  auto [error, read] = co_await http::async_read_header(
+      connection.stream(), connection.buffer(), parser, asio::as_tuple(asio::use_awaitable));
+  (void)read;
+  connection.disarm_read_deadline();
+  if (!error) {
+    refusal = check_header(parser.get());
+    if (refusal) co_return false;
+  }
+  if (!error && !parser.is_done()) {
+    const HttpRequest& request = parser.get();
+    // RFC 9110 section 10.1.1: only an HTTP/1.1 client waits for "100 Continue" (a 1.0 one
+    // sends its body anyway). A body over the limit was refused from its length already.
+    if (request.version() >= 11 && beast::iequals(request[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      auto [write_error, written] = co_await asio::async_write(
+          connection.stream(), asio::buffer(kContinue), asio::as_tuple(asio::use_awaitable));
+      (void)written;
+      if (write_error) co_return false;
+    }
+    connection.arm_read_deadline(seconds(options.body_timeout_seconds));
+    auto [body_error, body_read] = co_await http::async_read(
+        connection.stream(), connection.buffer(), parser, asio::as_tuple(asio::use_awaitable));
+    (void)body_read;
+    connection.disarm_read_deadline();
+    error = body_error;
+  }
+  if (!error) co_return true;
+  if (connection.read_timed_out()) {
+    const bool in_body = parser.is_header_done();
+    refusal = ApiError::http_protocol(
+        408,
+        fmt::format("The request {} did not arrive within {} seconds", in_body ? "body" : "headers",
+                    in_body ? options.body_timeout_seconds : options.header_timeout_seconds),
+        "request_timeout");
+  } else if (error == http::error::body_limit) {
+    refusal = ApiError::request_too_large(options.max_body_bytes);
+  } else if (error == http::error::header_limit) {
+    refusal = ApiError::http_protocol(
+        431, fmt::format("The request headers are larger than {} bytes", options.max_header_bytes),
+        "headers_too_large");
+  } else if (error == http::error::bad_version) {
+    refusal = ApiError::http_protocol(505, "Only HTTP/1.0 and HTTP/1.1 are supported",
+                                      "http_version_not_supported");
+  } else if (is_http_parse_error(error) && parser.got_some()) {
+    refusal = ApiError::http_protocol(
+        400, fmt::format("Malformed HTTP request: {}", error.message()), "bad_http_request");
+  }
+  co_return false;
+}
+
+std::optional<ApiError> HttpServer::check_header(const HttpRequest& request) const {
+  const ServeOptions& options = context_.options();
+  if (request.version() != 10 && request.version() != 11) {
+    return ApiError::http_protocol(
+        505, fmt::format("HTTP/{}.{} is not supported (HTTP/1.0 and HTTP/1.1 are)",
+                         request.version() / 10, request.version() % 10),
+        "http_version_not_supported");
+  }
+  if (request.target().size() > options.max_url_bytes) {
+    return ApiError::http_protocol(414,
+                                   fmt::format("The request target has {} bytes, at most {} are "
+                                               "accepted",
+                                               request.target().size(), options.max_url_bytes),
+                                   "uri_too_long");
+  }
+  const auto num_fields = std::distance(request.begin(), request.end());
+  if (num_fields > options.max_header_count) {
+    return ApiError::http_protocol(
+        431,
+        fmt::format("The request has {} header fields, at most {} are accepted", num_fields,
+                    options.max_header_count),
+        "headers_too_large");
+  }
+  const auto expect = request.find(http::field::expect);
+  if (expect != request.end() && request.version() >= 11 &&
+      !beast::iequals(expect->value(), "100-continue")) {
+    return ApiError::http_protocol(
+        417, fmt::format("Expect: {} is not supported (only 100-continue is)", expect->value()),
+        "expectation_failed");
+  }
+  return std::nullopt;
 }
 
 void HttpServer::close_connections(bool only_idle) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <boost/asio/awaitable.hpp>
@@ -56,6 +57,15 @@ class HttpServer {
  private:
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> serve_connection(std::shared_ptr<Connection> connection);
+  // Reads one request's header and body within the header and body timeouts; false when the
+  // connection must close, with `refusal` set when the client should be told why.
+  asio::awaitable<bool> read_request(Connection& connection,
+                                     http::request_parser<http::string_body>& parser,
+                                     std::optional<ApiError>& refusal);
+  // The limits a request's header must keep (version, target length, field count, Expect).
+  std::optional<ApiError> check_header(const HttpRequest& request) const;
+  // A connection over --max-connections: 503 and close, without reading the request.
+  asio::awaitable<void> refuse_connection(asio::ip::tcp::socket socket);
   asio::awaitable<void> drain();
   void wait_for_signals();
   // Posts to every connection's strand: close it when `only_idle` is false or it is idle.
@@ -72,6 +82,11 @@ class HttpServer {
   int port_ = 0;
   bool draining_ = false;  // on control_
   Status exit_status_;     // on control_
+
+  int max_connections_ = 0;  // ServeOptions::max_connections, as the descriptor limit allows
+  // Refusals being answered; past kMaxRefusing a connection over the limit is just closed.
+  static constexpr int kMaxRefusing = 64;
+  std::atomic<int> num_refusing_{0};
 
   std::mutex connections_mutex_;
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> connections_;

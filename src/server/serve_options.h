@@ -18,11 +18,21 @@ struct ServeOptions {
   // The id clients put in "model": the alias, else the model file's name without ".gguf".
   std::string model_id;
   size_t max_body_bytes = 16 << 20;
+  // Limits on what a client sends before the answer starts; each refusal is an OpenAI-style
+  // error: 431 (header bytes, header count), 414 (request target), 408 (too slow), then close.
   size_t max_header_bytes = 64 << 10;
+  int max_header_count = 100;
+  size_t max_url_bytes = 8 << 10;
+  double header_timeout_seconds = 10;  // first byte of a request → end of its headers
+  double body_timeout_seconds = 60;    // end of the headers → end of the body
   double request_timeout_seconds = 600;  // engine deadline per request
   double sse_ping_interval_seconds = 5;  // ": ping" while a stream has nothing else to send
   double shutdown_timeout_seconds = 30;  // drain time for running requests on SIGTERM
-  double idle_timeout_seconds = 120;     // a keep-alive connection waiting for its next request
+  // A connection waiting for its (next) request's first byte is closed after this.
+  double idle_timeout_seconds = 5;
+  // Open connections at most; one more is answered 503 (server_overloaded) and closed, while
+  // the open ones (streams included) carry on. Lowered to what the descriptor limit allows.
+  int max_connections = 4096;
   int io_threads = 2;
 
   // Authentication: keys from the SQLite database at db_path (auth_db), and/or static keys.

@@ -152,6 +152,18 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
   }
   append_single(out, "tachyon:http_requests_total", "counter", "HTTP requests answered.", labels,
                 http_requests_.load(std::memory_order_relaxed));
+  append_single(out, "tachyon:http_requests_refused_total", "counter",
+                "HTTP requests refused before routing (408, 413, 414, 417, 431, 505).", labels,
+                http_refusals_.load(std::memory_order_relaxed));
+  const uint64_t closed = connections_closed_.load(std::memory_order_relaxed);
+  const uint64_t opened = connections_opened_.load(std::memory_order_relaxed);
+  append_single(out, "tachyon:http_connections_open", "gauge", "Open HTTP connections.", labels,
+                opened > closed ? opened - closed : 0);
+  append_single(out, "tachyon:http_connections_total", "counter", "HTTP connections accepted.",
+                labels, opened);
+  append_single(out, "tachyon:http_connections_refused_total", "counter",
+                "HTTP connections refused (503) for being over --max-connections.", labels,
+                connections_refused_.load(std::memory_order_relaxed));
   append_prometheus_histogram(out, "tachyon:time_to_first_token_seconds",
                               "Seconds from submit to the first generated token.", labels,
                               time_to_first_token_.snapshot());

@@ -35,6 +35,15 @@ class ServerMetrics {
   void count_request_end(RequestEnd end);
   // HTTP requests answered (tachyon:http_requests_total).
   void count_http_request() { http_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // Requests refused at the HTTP level before a route saw them (408, 413, 414, 431, ...).
+  void count_http_refusal() { http_refusals_.fetch_add(1, std::memory_order_relaxed); }
+  // Connections accepted and closed (open = the difference), and those refused for being
+  // over --max-connections.
+  void count_connection_opened() { connections_opened_.fetch_add(1, std::memory_order_relaxed); }
+  void count_connection_closed() { connections_closed_.fetch_add(1, std::memory_order_relaxed); }
+  void count_connection_refused() {
+    connections_refused_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // Prometheus text exposition format 0.0.4. `engine` is null while the model loads.
   std::string render(const EngineMetrics* engine, std::string_view model_name) const;
@@ -45,6 +54,10 @@ class ServerMetrics {
   Histogram e2e_latency_;
   std::array<std::atomic<uint64_t>, 4> request_ends_{};
   std::atomic<uint64_t> http_requests_{0};
+  std::atomic<uint64_t> http_refusals_{0};
+  std::atomic<uint64_t> connections_opened_{0};
+  std::atomic<uint64_t> connections_closed_{0};
+  std::atomic<uint64_t> connections_refused_{0};
 };
 
 // Per-key counters of the Gateway (key names only, never secrets), in Prometheus form.
