@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
+from load_tools import run_ab, run_wrk  # noqa: E402
 from server_fixture import TachyonServer  # noqa: E402
 
 CTX = 2048
@@ -51,45 +50,6 @@ def settle_descriptors(pid: int, baseline: int, seconds: float = 5.0) -> int:
         time.sleep(0.1)
         count = open_descriptors(pid)
     return count
-
-
-def run_ab(url: str, requests: int, concurrency: int, body_file: str | None = None,
-           timeout: float = 300) -> tuple[dict, str]:
-    argv = ["ab", "-q", "-n", str(requests), "-c", str(concurrency), "-s", "30", "-r"]
-    if body_file:
-        argv += ["-p", body_file, "-T", "application/json"]
-    argv.append(url)
-    started = time.monotonic()
-    process = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    elapsed = time.monotonic() - started
-    text = process.stdout + process.stderr
-    result = {"exit": process.returncode, "elapsed": elapsed}
-    for key, pattern in {"complete": r"Complete requests:\s+(\d+)",
-                         "failed": r"Failed requests:\s+(\d+)",
-                         "non2xx": r"Non-2xx responses:\s+(\d+)",
-                         "rps": r"Requests per second:\s+([\d.]+)"}.items():
-        match = re.search(pattern, text)
-        result[key] = float(match.group(1)) if match else (0 if key == "non2xx" else None)
-    return result, text
-
-
-def run_wrk(url: str, connections: int, seconds: int, script: str | None = None) -> tuple[dict, str]:
-    argv = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds}s", "--timeout", "30s"]
-    if script:
-        argv += ["-s", script]
-    argv.append(url)
-    process = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
-    text = process.stdout + process.stderr
-    result = {"exit": process.returncode}
-    match = re.search(r"(\d+) requests in", text)
-    result["requests"] = int(match.group(1)) if match else 0
-    match = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-    result["non2xx"] = int(match.group(1)) if match else 0
-    match = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    result["socket_errors"] = sum(int(g) for g in match.groups()) if match else 0
-    match = re.search(r"Requests/sec:\s+([\d.]+)", text)
-    result["rps"] = float(match.group(1)) if match else 0.0
-    return result, text
 
 
 def ab_ok(result: dict, requests: int) -> bool:
