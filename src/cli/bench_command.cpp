@@ -2,8 +2,8 @@
 // llama-bench: ppN computes N prompt tokens from an empty cache in batches, tgN generates N
 // tokens one at a time from an empty cache. Mean ± stddev over repetitions, after a warm-up.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <optional>
@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/model_session.h"
@@ -103,8 +103,9 @@ Status run_bench(const BenchOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     for (int begin = 0; begin < options.prompt_tokens; begin += options.model.batch_size) {
       const int count = std::min(options.model.batch_size, options.prompt_tokens - begin);
-      TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(tokens).subspan(begin, count),
-                                            begin, cache, *session.pool, 1, logits));
+      TACHYON_RETURN_IF_ERROR(
+          model.forward(std::span<const TokenIndex>(tokens).subspan(begin, count), begin, cache,
+                        *session.pool, 1, logits));
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -206,8 +207,7 @@ Status run_bench(const BenchOptions& options) {
         generation_bandwidths.push_back((before + probe->measure(2).bytes_per_second) / 2);
       }
     }
-    results.push_back(
-        summarize(fmt::format("tg{}", options.generated_tokens), generation_rates));
+    results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), generation_rates));
   }
 
   if (options.parallel > 0) {
@@ -219,11 +219,11 @@ Status run_bench(const BenchOptions& options) {
                                   engine_options.block_size, session.cache_type) *
         (options.parallel * ((options.parallel_prompt + options.parallel_gen) / 16 + 2)));
     engine_options.enable_prefix_cache = false;
-    engine_options.max_running_requests = std::max(engine_options.max_running_requests,
-                                                   options.parallel);
-    TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                             Engine::create(model, *session.tokenizer, *session.pool,
-                                            engine_options));
+    engine_options.max_running_requests =
+        std::max(engine_options.max_running_requests, options.parallel);
+    TACHYON_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::create(model, *session.tokenizer, *session.pool, engine_options));
     TACHYON_RETURN_IF_ERROR(time_parallel(*engine).status());
     std::vector<double> decode_rates;
     std::vector<double> end_to_end_rates;
@@ -287,26 +287,31 @@ Status run_bench(const BenchOptions& options) {
               session.pool->num_threads(),
               std::string(kernels::kernel_level_name(kernels::active_kernel_level())).c_str(),
               CpuFeatures::get().describe().c_str());
+  // The level each family's code ran at in the measurements above.
+  std::printf("families %s\n", kernels::describe_family_levels().c_str());
   std::printf("%-8s %18s\n", "test", "tokens/s");
   for (const Measurement& m : results) {
     std::printf("%-8s %10.2f ± %5.2f\n", m.test.c_str(), m.mean, m.stddev);
   }
   if (roofline) {
     if (roofline->probes > 0) {
-      std::printf("memory   %.1f GB/s read with %d threads (median of %d probes, one before and "
-                  "one after each tg repetition)\n",
-                  roofline->bytes_per_second / 1e9, session.pool->num_threads(), roofline->probes);
+      std::printf(
+          "memory   %.1f GB/s read with %d threads (median of %d probes, one before and "
+          "one after each tg repetition)\n",
+          roofline->bytes_per_second / 1e9, session.pool->num_threads(), roofline->probes);
     } else {
       std::printf("memory   %.1f GB/s read with %d threads (best of 5 passes)\n",
                   roofline->bytes_per_second / 1e9, session.pool->num_threads());
     }
-    std::printf("roofline %.1f MB read per decoded token (weights + KV cache at the tg test's mean "
-                "context): at most %.1f tokens/s",
-                roofline->bytes_per_token / 1e6, roofline->tokens_per_second);
+    std::printf(
+        "roofline %.1f MB read per decoded token (weights + KV cache at the tg test's mean "
+        "context): at most %.1f tokens/s",
+        roofline->bytes_per_token / 1e6, roofline->tokens_per_second);
     if (roofline->fraction > 0) {
-      std::printf("; tg%d reaches %.0f%% (median over repetitions, each against the bandwidth "
-                  "probed around it)",
-                  options.generated_tokens, 100.0 * roofline->fraction);
+      std::printf(
+          "; tg%d reaches %.0f%% (median over repetitions, each against the bandwidth "
+          "probed around it)",
+          options.generated_tokens, 100.0 * roofline->fraction);
     }
     std::printf("\n");
   }
@@ -325,17 +330,20 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   command->add_option("-r,--repetitions", options->repetitions, "Repetitions per test (5)")
       ->check(CLI::Range(1, 1000));
-  command->add_option("--parallel", options->parallel,
-                      "Batched decoding test: this many sequences at once through the engine; "
-                      "reports batchedN, aggregate generated tokens/s once all prompts are "
-                      "done (as llama-batched-bench's S_TG), and batchedN_e2e, generated "
-                      "tokens/s from submission to the end (0 = skip)")
+  command
+      ->add_option("--parallel", options->parallel,
+                   "Batched decoding test: this many sequences at once through the engine; "
+                   "reports batchedN, aggregate generated tokens/s once all prompts are "
+                   "done (as llama-batched-bench's S_TG), and batchedN_e2e, generated "
+                   "tokens/s from submission to the end (0 = skip)")
       ->check(CLI::Range(0, 4096));
-  command->add_option("--parallel-prompt", options->parallel_prompt,
-                      "Prompt tokens per sequence in the batched test (128)")
+  command
+      ->add_option("--parallel-prompt", options->parallel_prompt,
+                   "Prompt tokens per sequence in the batched test (128)")
       ->check(CLI::Range(1, 1 << 20));
-  command->add_option("--parallel-gen", options->parallel_gen,
-                      "Generated tokens per sequence in the batched test (64)")
+  command
+      ->add_option("--parallel-gen", options->parallel_gen,
+                   "Generated tokens per sequence in the batched test (64)")
       ->check(CLI::Range(1, 1 << 20));
   command->add_flag("!--no-roofline", options->roofline,
                     "Skip the memory-bandwidth probe and the decode roofline it gives");

@@ -2,11 +2,13 @@
 #include <cstdio>
 #include <string>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/model_path.h"
+#include "core/cpu_features.h"
+#include "kernels/cpu/kernel_level.h"
 #include "model_files/model_summary.h"
 
 namespace tachyon::cli {
@@ -37,8 +39,8 @@ void print_text(const ModelSummary& s, const std::string& path) {
   line("heads", fmt::format("{} query, {} key/value, head size {}", optional_text(s.num_heads),
                             optional_text(s.num_kv_heads), optional_text(s.head_size)));
   if (s.num_experts) {
-    line("experts", fmt::format("{} ({} used per token)", *s.num_experts,
-                                optional_text(s.num_experts_used)));
+    line("experts",
+         fmt::format("{} ({} used per token)", *s.num_experts, optional_text(s.num_experts_used)));
   }
   line("context", optional_text(s.context_length));
   if (s.rms_norm_epsilon) line("rms norm eps", fmt::format("{:g}", *s.rms_norm_epsilon));
@@ -136,6 +138,9 @@ void add_info_command(CLI::App& app) {
       std::printf("%s\n", boost::json::serialize(to_json(summary, (*file)->path())).c_str());
     } else {
       print_text(summary, (*file)->path());
+      // What this machine would run the model with (TACHYON_CPU_LEVEL forces a level).
+      std::printf("%-14s %s\n", "cpu", CpuFeatures::get().describe().c_str());
+      std::printf("%-14s %s\n", "kernels", kernels::describe_family_levels().c_str());
     }
   });
 }

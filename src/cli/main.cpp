@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::cli {
 
@@ -20,6 +21,9 @@ void fail(const std::string& message) {
 }  // namespace tachyon::cli
 
 int main(int argc, char** argv) {
+  // Decides the kernel level now: a TACHYON_CPU_LEVEL this CPU lacks ends the process here,
+  // with a message, instead of at the first kernel call.
+  tachyon::kernels::active_kernel_level();
   CLI::App app{"tachyon: LLM inference engine and OpenAI-compatible server"};
   app.require_subcommand(1);
   tachyon::cli::add_info_command(app);

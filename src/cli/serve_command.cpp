@@ -13,8 +13,8 @@
 #include "cli/commands.h"
 #include "cli/model_session.h"
 #include "core/paths.h"
-#include "runtime/engine.h"
 #include "gateway/gateway.h"
+#include "runtime/engine.h"
 #include "server/http_server.h"
 
 namespace tachyon::cli {
@@ -104,10 +104,10 @@ Status run_serve(ServeCommandOptions& options) {
   server::ServeOptions& serve = options.serve;
   if (serve.auth_db && serve.db_path.empty()) serve.db_path = default_database_path();
   if (!serve.requires_auth() && !serve.insecure_no_auth && !server::is_loopback_host(serve.host)) {
-    return invalid_argument(fmt::format(
-        "refusing to serve {} without API keys: use --auth db or --api-key KEY, or "
-        "--insecure-no-auth to serve anyone who can reach it",
-        serve.host));
+    return invalid_argument(
+        fmt::format("refusing to serve {} without API keys: use --auth db or --api-key KEY, or "
+                    "--insecure-no-auth to serve anyone who can reach it",
+                    serve.host));
   }
   std::unique_ptr<gateway::Gateway> gateway;
   if (serve.requires_auth()) {
@@ -116,11 +116,11 @@ Status run_serve(ServeCommandOptions& options) {
     } else {
       gateway = std::make_unique<gateway::Gateway>(nullptr, serve.api_keys, nullptr);
     }
-    spdlog::info("API keys required ({}{})", serve.auth_db ? "database " + serve.db_path : "",
-                 serve.api_keys.empty()
-                     ? ""
-                     : fmt::format("{}{} static key(s)", serve.auth_db ? ", " : "",
-                                   serve.api_keys.size()));
+    spdlog::info(
+        "API keys required ({}{})", serve.auth_db ? "database " + serve.db_path : "",
+        serve.api_keys.empty()
+            ? ""
+            : fmt::format("{}{} static key(s)", serve.auth_db ? ", " : "", serve.api_keys.size()));
   }
 
   LoadedModel loaded;  // declared before the server so that it outlives it
@@ -218,10 +218,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 22));
   command->add_option("--io-threads", serve.io_threads, "HTTP threads (default 2)")
       ->check(CLI::Range(1, 64));
-  command->add_option_function<std::string>(
-             "--auth",
-             [options](const std::string& mode) { options->serve.auth_db = mode == "db"; },
-             "none (default) or db: require API keys from the key database (tachyon keys ...)")
+  command
+      ->add_option_function<std::string>(
+          "--auth", [options](const std::string& mode) { options->serve.auth_db = mode == "db"; },
+          "none (default) or db: require API keys from the key database (tachyon keys ...)")
       ->check(CLI::IsMember({"none", "db"}));
   command->add_option("--db", serve.db_path,
                       "Key and usage database (default $TACHYON_HOME/tachyon.db)");

@@ -42,14 +42,13 @@ void Connection::arm_read_deadline(std::chrono::steady_clock::duration limit) {
   read_timed_out_ = false;
   const uint64_t generation = ++read_deadline_generation_;
   read_deadline_.expires_after(limit);
-  read_deadline_.async_wait(
-      [weak = weak_from_this(), generation](const beast::error_code& error) {
-        std::shared_ptr<Connection> self = weak.lock();
-        if (error || !self || self->read_deadline_generation_ != generation) return;
-        self->read_timed_out_ = true;
-        beast::error_code ignored;
-        self->stream_.socket().cancel(ignored);
-      });
+  read_deadline_.async_wait([weak = weak_from_this(), generation](const beast::error_code& error) {
+    std::shared_ptr<Connection> self = weak.lock();
+    if (error || !self || self->read_deadline_generation_ != generation) return;
+    self->read_timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);
+  });
 }
 
 void Connection::disarm_read_deadline() {

@@ -290,7 +290,8 @@ void GenerationSession::settle(const EngineOutput* final_output, const char* sta
   }
   record.duration_seconds = std::chrono::duration<double>(Clock::now() - submit_time_).count();
   record.status = status;
-  if (final_output != nullptr) record.finish_reason = finish_reason_name(final_output->finish_reason);
+  if (final_output != nullptr)
+    record.finish_reason = finish_reason_name(final_output->finish_reason);
   // Written before the answer's last bytes go out: a request the client saw finish is in the
   // ledger even if the process dies right after.
   Status written = admission_->finish(std::move(record));
@@ -327,7 +328,7 @@ void GenerationSession::observe(const EngineOutput& output) {
 
 void GenerationSession::finish_metrics(const EngineOutput& output) {
   const RequestEnd end = end_of(output);
-  settle(&output, end == RequestEnd::kAbort ? "cancelled"
+  settle(&output, end == RequestEnd::kAbort   ? "cancelled"
                   : end == RequestEnd::kError ? "error"
                                               : "ok");
   context_.metrics().observe_e2e_latency(

@@ -171,11 +171,10 @@ asio::awaitable<void> HttpServer::accept_loop() {
       }
       num_refusing_.fetch_add(1);
       const asio::any_io_executor executor = socket.get_executor();
-      asio::co_spawn(executor, refuse_connection(std::move(socket)),
-                     [this](std::exception_ptr e) {
-                       num_refusing_.fetch_sub(1);
-                       log_exception("refused connection", e);
-                     });
+      asio::co_spawn(executor, refuse_connection(std::move(socket)), [this](std::exception_ptr e) {
+        num_refusing_.fetch_sub(1);
+        log_exception("refused connection", e);
+      });
       continue;
     }
     context_.metrics().count_connection_opened();
@@ -319,8 +318,9 @@ std::optional<ApiError> HttpServer::check_header(const HttpRequest& request) con
   const ServeOptions& options = context_.options();
   if (request.version() != 10 && request.version() != 11) {
     return ApiError::http_protocol(
-        505, fmt::format("HTTP/{}.{} is not supported (HTTP/1.0 and HTTP/1.1 are)",
-                         request.version() / 10, request.version() % 10),
+        505,
+        fmt::format("HTTP/{}.{} is not supported (HTTP/1.0 and HTTP/1.1 are)",
+                    request.version() / 10, request.version() % 10),
         "http_version_not_supported");
   }
   if (request.target().size() > options.max_url_bytes) {

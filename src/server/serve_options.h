@@ -23,8 +23,8 @@ struct ServeOptions {
   size_t max_header_bytes = 64 << 10;
   int max_header_count = 100;
   size_t max_url_bytes = 8 << 10;
-  double header_timeout_seconds = 10;  // first byte of a request → end of its headers
-  double body_timeout_seconds = 60;    // end of the headers → end of the body
+  double header_timeout_seconds = 10;    // first byte of a request → end of its headers
+  double body_timeout_seconds = 60;      // end of the headers → end of the body
   double request_timeout_seconds = 600;  // engine deadline per request
   double sse_ping_interval_seconds = 5;  // ": ping" while a stream has nothing else to send
   double shutdown_timeout_seconds = 30;  // drain time for running requests on SIGTERM

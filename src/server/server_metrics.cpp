@@ -178,7 +178,8 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
 
 std::string render_gateway_metrics(const gateway::GatewayMetrics& metrics) {
   std::string out;
-  append_header(out, "tachyon:key_requests_total", "counter", "Requests admitted, per API key name.");
+  append_header(out, "tachyon:key_requests_total", "counter",
+                "Requests admitted, per API key name.");
   for (const gateway::TenantCounters& key : metrics.tenants) {
     out += fmt::format("tachyon:key_requests_total{{key=\"{}\"}} {}\n", escape_label(key.key_name),
                        key.requests_admitted);

@@ -41,9 +41,7 @@ class ServerMetrics {
   // over --max-connections.
   void count_connection_opened() { connections_opened_.fetch_add(1, std::memory_order_relaxed); }
   void count_connection_closed() { connections_closed_.fetch_add(1, std::memory_order_relaxed); }
-  void count_connection_refused() {
-    connections_refused_.fetch_add(1, std::memory_order_relaxed);
-  }
+  void count_connection_refused() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
 
   // Prometheus text exposition format 0.0.4. `engine` is null while the model loads.
   std::string render(const EngineMetrics* engine, std::string_view model_name) const;

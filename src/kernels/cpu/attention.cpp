@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
 namespace {
@@ -38,7 +39,8 @@ TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scal
       const float* k = keys_by_dimension + d * key_stride + p0;
       for (int r = 0; r < kRows; ++r) {
         const float qd = q[r][d] * scale;
-        for (int j = 0; j < kWide * kLanes; ++j) partial[r][j] = __builtin_fmaf(qd, k[j], partial[r][j]);
+        for (int j = 0; j < kWide * kLanes; ++j)
+          partial[r][j] = __builtin_fmaf(qd, k[j], partial[r][j]);
       }
     }
     for (int r = 0; r < kRows; ++r) {
@@ -69,8 +71,7 @@ TACHYON_INLINE void tile_scores(const float* const* q, int head_size, float scal
 
 // Online softmax step of one row over its first `visible` scores: the scores become weights
 // exp(score - new max); returns the factor that rescales what was accumulated before.
-TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
-                                  float& running_sum) {
+TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max, float& running_sum) {
   // Maximum and sum in kLanes interleaved lanes (position p in lane p % kLanes), combined in a
   // fixed order at the end: vectorized, and the same bits for a row whatever computes it.
   float lane_max[kLanes];
@@ -114,8 +115,8 @@ TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max,
 // rows of a tile; positions are added in order.
 template <int kRows>
 TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
-                                    const float* correction, int head_size,
-                                    const float* values, float* const* acc) {
+                                    const float* correction, int head_size, const float* values,
+                                    float* const* acc) {
   int common = visible[0];
   int most = visible[0];
   for (int r = 1; r < kRows; ++r) {
@@ -134,7 +135,8 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
       const float* v = values + static_cast<int64_t>(p) * head_size + d0;
       for (int r = 0; r < kRows; ++r) {
         const float weight = weights[r][p];
-        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
+        for (int j = 0; j < kWide * kLanes; ++j)
+          slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
       }
     }
     for (; p < most; ++p) {  // only the rows that see this far
@@ -142,7 +144,8 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
       for (int r = 0; r < kRows; ++r) {
         if (p >= visible[r]) continue;
         const float weight = weights[r][p];
-        for (int j = 0; j < kWide * kLanes; ++j) slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
+        for (int j = 0; j < kWide * kLanes; ++j)
+          slice[r][j] = __builtin_fmaf(weight, v[j], slice[r][j]);
       }
     }
     for (int r = 0; r < kRows; ++r) {
@@ -173,8 +176,8 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
 
 // Rows [first, first + kRows) of a span update (row = token * group + head).
 template <int kRows>
-TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int group,
-                              int head_size, float scale, const int* visible, int first,
+TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int group, int head_size,
+                              float scale, const int* visible, int first,
                               const float* keys_by_dimension, int64_t key_stride,
                               const float* values, float* scores, int64_t score_stride,
                               float* running_max, float* running_sum, float* accumulator) {
@@ -195,16 +198,17 @@ TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int gr
   float correction[kRows];
   for (int r = 0; r < kRows; ++r) {
     // A row that sees none of this span keeps its state (correction 1, nothing added).
-    correction[r] = row_visible[r] == 0 ? 1.0f
-                                        : softmax_step(row_scores[r], row_visible[r],
-                                                       running_max[first + r],
-                                                       running_sum[first + r]);
+    correction[r] = row_visible[r] == 0
+                        ? 1.0f
+                        : softmax_step(row_scores[r], row_visible[r], running_max[first + r],
+                                       running_sum[first + r]);
   }
   tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, values, acc);
 }
 
-// The portable kernel: plain loops the compiler vectorises for each instruction set.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void portable_span_update(
+// The plain-loop kernel, which the compiler vectorises for each level (below): AVX2 machines
+// run it compiled for AVX2 + FMA, as do head sizes the AVX-512 kernel does not take.
+__attribute__((always_inline)) inline void span_update_body(
     const float* queries, int64_t token_stride, int num_tokens, int group, int head_size,
     float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,
     const float* values, float* scores, int64_t score_stride, float* running_max,
@@ -217,40 +221,61 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void portab
                         running_sum, accumulator);
   }
   for (; first < rows; ++first) {
-    span_rows<1>(queries, token_stride, group, head_size, scale, visible, first,
-                 keys_by_dimension, key_stride, values, scores, score_stride, running_max,
-                 running_sum, accumulator);
+    span_rows<1>(queries, token_stride, group, head_size, scale, visible, first, keys_by_dimension,
+                 key_stride, values, scores, score_stride, running_max, running_sum, accumulator);
   }
+}
+
+#define TACHYON_SPAN_UPDATE_PARAMS                                                       \
+  (const float* queries, int64_t token_stride, int num_tokens, int group, int head_size, \
+   float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,  \
+   const float* values, float* scores, int64_t score_stride, float* running_max,         \
+   float* running_sum, float* accumulator)
+#define TACHYON_SPAN_UPDATE_ARGS                                                           \
+  (queries, token_stride, num_tokens, group, head_size, scale, visible, keys_by_dimension, \
+   key_stride, values, scores, score_stride, running_max, running_sum, accumulator)
+TACHYON_TARGET_AVX512 void span_update_avx512 TACHYON_SPAN_UPDATE_PARAMS {
+  span_update_body TACHYON_SPAN_UPDATE_ARGS;
+}
+TACHYON_TARGET_AVX2 void span_update_avx2 TACHYON_SPAN_UPDATE_PARAMS {
+  span_update_body TACHYON_SPAN_UPDATE_ARGS;
+}
+void span_update_portable TACHYON_SPAN_UPDATE_PARAMS {
+  span_update_body TACHYON_SPAN_UPDATE_ARGS;
 }
 
 }  // namespace
 
-void attention_span_update_at_level(KernelLevel level, const float* queries,
-                                    int64_t token_stride, int num_tokens, int group,
-                                    int head_size, float scale, const int* visible,
-                                    const float* keys_by_dimension, int64_t key_stride,
-                                    const float* values, float* scores, int64_t score_stride,
-                                    float* running_max, float* running_sum, float* accumulator) {
+void attention_span_update_at_level(KernelLevel level, const float* queries, int64_t token_stride,
+                                    int num_tokens, int group, int head_size, float scale,
+                                    const int* visible, const float* keys_by_dimension,
+                                    int64_t key_stride, const float* values, float* scores,
+                                    int64_t score_stride, float* running_max, float* running_sum,
+                                    float* accumulator) {
   TACHYON_CHECK(kernel_level_available(level));
-  if (level == KernelLevel::kAvx512 && avx512::attention_span_update_supports(head_size)) {
-    return avx512::attention_span_update(queries, token_stride, num_tokens, group, head_size,
-                                         scale, visible, keys_by_dimension, key_stride, values,
-                                         scores, score_stride, running_max, running_sum,
-                                         accumulator);
+  note_family_level(KernelFamily::kAttention, level);
+  switch (level) {
+    case KernelLevel::kAvx512:
+      if (avx512::attention_span_update_supports(head_size)) {
+        return avx512::attention_span_update TACHYON_SPAN_UPDATE_ARGS;
+      }
+      return span_update_avx512 TACHYON_SPAN_UPDATE_ARGS;
+    case KernelLevel::kAvx2:
+      return span_update_avx2 TACHYON_SPAN_UPDATE_ARGS;
+    case KernelLevel::kReference:
+      break;
   }
-  portable_span_update(queries, token_stride, num_tokens, group, head_size, scale, visible,
-                       keys_by_dimension, key_stride, values, scores, score_stride, running_max,
-                       running_sum, accumulator);
+  span_update_portable TACHYON_SPAN_UPDATE_ARGS;
 }
 
 void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
                            int head_size, float scale, const int* visible,
-                           const float* keys_by_dimension, int64_t key_stride,
-                           const float* values, float* scores, int64_t score_stride,
-                           float* running_max, float* running_sum, float* accumulator) {
+                           const float* keys_by_dimension, int64_t key_stride, const float* values,
+                           float* scores, int64_t score_stride, float* running_max,
+                           float* running_sum, float* accumulator) {
   static const KernelLevel level = active_kernel_level();
-  attention_span_update_at_level(level, queries, token_stride, num_tokens, group, head_size,
-                                 scale, visible, keys_by_dimension, key_stride, values, scores,
+  attention_span_update_at_level(level, queries, token_stride, num_tokens, group, head_size, scale,
+                                 visible, keys_by_dimension, key_stride, values, scores,
                                  score_stride, running_max, running_sum, accumulator);
 }
 
@@ -266,6 +291,7 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                int64_t score_stride, float* running_max, float* running_sum,
                                float* accumulator) {
   TACHYON_CHECK(attention_reads_f16(head_size));
+  note_family_level(KernelFamily::kAttention, KernelLevel::kAvx512);
   avx512::attention_span_update_f16(queries, token_stride, num_tokens, group, head_size, scale,
                                     visible, key_groups, key_stride, value_groups, scores,
                                     score_stride, running_max, running_sum, accumulator);
@@ -275,13 +301,17 @@ void attention_block_update(const float* queries, int group, int head_size, floa
                             int num_positions, const float* keys_by_dimension, int64_t key_stride,
                             const float* values, float* scores, float* running_max,
                             float* running_sum, float* accumulator) {
-  attention_span_update(queries, 0, 1, group, head_size, scale, &num_positions,
-                        keys_by_dimension, key_stride, values, scores, num_positions,
-                        running_max, running_sum, accumulator);
+  attention_span_update(queries, 0, 1, group, head_size, scale, &num_positions, keys_by_dimension,
+                        key_stride, values, scores, num_positions, running_max, running_sum,
+                        accumulator);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_finish(
-    const float* accumulator, const float* running_sum, int group, int head_size, float* out) {
+namespace {
+
+__attribute__((always_inline)) inline void attention_finish_body(const float* accumulator,
+                                                                 const float* running_sum,
+                                                                 int group, int head_size,
+                                                                 float* out) {
   for (int h = 0; h < group; ++h) {
     const float inverse_sum = 1.0f / running_sum[h];
     for (int d = 0; d < head_size; ++d) {
@@ -289,5 +319,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attention_fini
     }
   }
 }
+
+}  // namespace
+
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kAttention, void, attention_finish,
+                          (const float* accumulator, const float* running_sum, int group,
+                           int head_size, float* out),
+                          (accumulator, running_sum, group, head_size, out))
 
 }  // namespace tachyon::kernels

@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "core/huge_page_arena.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
 namespace {
 
 // Sum of the floats in [begin, end), 64 bytes per iteration in independent accumulators:
-// compiled with the widest vector unit for each level (target_clones) so that one core can
-// issue loads as fast as its share of the memory system delivers them.
-__attribute__((target_clones("avx512f", "avx2", "default"))) float sum_floats(const float* begin,
-                                                                             const float* end) {
+// compiled with the widest vector unit for each level (TACHYON_DISPATCH_BY_LEVEL) so that one
+// core can issue loads as fast as its share of the memory system delivers them.
+__attribute__((always_inline)) inline float sum_floats_body(const float* begin, const float* end) {
   float lanes[16] = {};
   for (const float* p = begin; p + 16 <= end; p += 16) {
     for (int i = 0; i < 16; ++i) lanes[i] += p[i];
@@ -28,6 +28,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float sum_floats(co
 }
 
 }  // namespace
+
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kProbe, float, sum_floats,
+                          (const float* begin, const float* end), (begin, end))
 
 BandwidthProbe::BandwidthProbe(ThreadPool& pool, size_t buffer_bytes)
     : pool_(pool), count_(std::max<size_t>(buffer_bytes / sizeof(float), 1024)) {

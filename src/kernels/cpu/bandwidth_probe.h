@@ -35,6 +35,9 @@ class BandwidthProbe {
   size_t count_ = 0;  // floats in buffer_
 };
 
+// The probe's read loop: the sum of the floats in [begin, end), at the active kernel level.
+float sum_floats(const float* begin, const float* end);
+
 // A probe used once.
 BandwidthMeasurement measure_read_bandwidth(ThreadPool& pool,
                                             size_t buffer_bytes = size_t{512} << 20,

@@ -2,8 +2,8 @@
 
 #include <immintrin.h>
 
-#include "core/cpu_features.h"
 #include "core/half.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
 namespace {
@@ -28,20 +28,22 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* src, f
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
-bool has_f16c() {
-  static const bool available = CpuFeatures::get().has_avx2_kernels();
-  return available;
+// F16C comes with both SIMD levels (kernel_level.h); the conversions give the same bits.
+bool use_f16c() {
+  static const KernelLevel level = active_kernel_level();
+  note_family_level(KernelFamily::kConversion, level);
+  return level != KernelLevel::kReference;
 }
 
 }  // namespace
 
 void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
-  if (has_f16c()) return f32_to_f16_f16c(src, dst, n);
+  if (use_f16c()) return f32_to_f16_f16c(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
-  if (has_f16c()) return f16_to_f32_f16c(src, dst, n);
+  if (use_f16c()) return f16_to_f32_f16c(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
 
@@ -13,8 +14,8 @@ namespace {
 // rms_norm, with y added to x first (kAdd) in the same pass that sums the squares.
 template <bool kAdd>
 __attribute__((always_inline)) inline void rms_norm_after(float* x, const float* y,
-                                                          const float* weight, int size,
-                                                          float eps, float* out) {
+                                                          const float* weight, int size, float eps,
+                                                          float* out) {
   // The sum of squares in double, as llama.cpp does: long rows lose nothing to rounding. In 16
   // independent lanes (two vectors of doubles), so that it runs at the adder's throughput
   // instead of one add's latency per value (a decode step normalizes every layer's input on
@@ -40,23 +41,20 @@ __attribute__((always_inline)) inline void rms_norm_after(float* x, const float*
   for (int i = 0; i < size; ++i) out[i] = x[i] * inverse_rms * weight[i];
 }
 
-}  // namespace
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void rms_norm(
-    const float* x, const float* weight, int size, float eps, float* out) {
+__attribute__((always_inline)) inline void rms_norm_body(const float* x, const float* weight,
+                                                         int size, float eps, float* out) {
   // x is only read when nothing is added.
   rms_norm_after<false>(const_cast<float*>(x), nullptr, weight, size, eps, out);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void add_rms_norm(
-    float* x, const float* y, const float* weight, int size, float eps, float* out) {
+__attribute__((always_inline)) inline void add_rms_norm_body(float* x, const float* y,
+                                                             const float* weight, int size,
+                                                             float eps, float* out) {
   rms_norm_after<true>(x, y, weight, size, eps, out);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu(const float* gate,
-                                                                          const float* up,
-                                                                          int64_t size,
-                                                                          float* out) {
+__attribute__((always_inline)) inline void swiglu_body(const float* gate, const float* up,
+                                                       int64_t size, float* out) {
   for (int64_t i = 0; i < size; ++i) {
     // sigmoid(g) from e = exp(-|g|) <= 1, so that the branch-free exp vectorizes in every
     // clone: 1 / (1 + e) for g >= 0, e / (1 + e) below.
@@ -67,14 +65,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu(const f
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void add_in_place(float* x,
-                                                                                const float* y,
-                                                                                int64_t size) {
+__attribute__((always_inline)) inline void add_in_place_body(float* x, const float* y,
+                                                             int64_t size) {
   for (int64_t i = 0; i < size; ++i) x[i] += y[i];
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) int64_t argmax(const float* x,
-                                                                            int64_t size) {
+__attribute__((always_inline)) inline int64_t argmax_body(const float* x, int64_t size) {
   // The largest value first, 16 lanes at a time (GCC vectors: each clone gets its widest
   // compare and blend; NaN never compares greater), then the first position holding it.
   typedef float Lanes __attribute__((vector_size(64)));
@@ -104,5 +100,23 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) int64_t argmax(cons
   }
   return 0;  // not reached: best is one of the values
 }
+
+}  // namespace
+
+// One copy of each body per level (kernel_level.h), chosen by the active level.
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, rms_norm,
+                          (const float* x, const float* weight, int size, float eps, float* out),
+                          (x, weight, size, eps, out))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, add_rms_norm,
+                          (float* x, const float* y, const float* weight, int size, float eps,
+                           float* out),
+                          (x, y, weight, size, eps, out))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, swiglu,
+                          (const float* gate, const float* up, int64_t size, float* out),
+                          (gate, up, size, out))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, add_in_place,
+                          (float* x, const float* y, int64_t size), (x, y, size))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, int64_t, argmax,
+                          (const float* x, int64_t size), (x, size))
 
 }  // namespace tachyon::kernels

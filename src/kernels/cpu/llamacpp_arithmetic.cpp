@@ -11,13 +11,13 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "kernels/cpu/kernel_level.h"
 #include "kernels/reference/quantize_activations.h"
 
 // Built with -ffp-contract=off: every fused multiply-add below is written out (std::fma), the
-// rest is rounded step by step, as llama.cpp's build computes it. The loops get a clone for
-// x86-64-v3 (AVX2 + FMA), where std::fma is one instruction instead of a libm call; the
-// results are the same bits.
-#define TACHYON_FMA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+// rest is rounded step by step, as llama.cpp's build computes it. The loops get a copy per
+// kernel level (TACHYON_DISPATCH_BY_LEVEL): from AVX2 on, std::fma is one instruction instead
+// of a libm call; the results are the same bits.
 
 namespace tachyon::kernels::llamacpp {
 namespace {
@@ -96,8 +96,8 @@ __attribute__((target("avx2,fma"))) float dot_q4_1_avx2(const uint8_t* row, cons
     offsets = std::fma(f16_to_f32(m_bits), s[b], offsets);
     const float scale = f16_to_f32(d_bits) * d[b];
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
-    const __m256i q = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * kBlock));
     const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), ones);
     lanes = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums), lanes);
@@ -172,7 +172,8 @@ float dot_f16(const float* x, const float* y, int n) {
     }
   }
   float folded[kWidth];
-  for (int l = 0; l < kWidth; ++l) folded[l] = (sums[0][l] + sums[2][l]) + (sums[1][l] + sums[3][l]);
+  for (int l = 0; l < kWidth; ++l)
+    folded[l] = (sums[0][l] + sums[2][l]) + (sums[1][l] + sums[3][l]);
   double total = sum_16_lanes(folded);
   for (int i = whole; i < n; ++i) total += static_cast<double>(x[i] * y[i]);
   return static_cast<float>(total);
@@ -188,17 +189,17 @@ struct AttentionPartial {
 // ggml's one-chunk flash attention for positions [begin, end): the query rounded to f16, f16
 // dot products, glibc's expf, the output accumulated in f16 (rounded after each position).
 // accumulator: f32 [head_size], written (f16 values).
-TACHYON_FMA_CLONES AttentionPartial attention_chunk(const float* query, const float* keys, const float* values,
-                                 int begin, int end, int head_size, float scale,
-                                 float* accumulator) {
+__attribute__((always_inline)) inline AttentionPartial attention_chunk_body(
+    const float* query, const float* keys, const float* values, int begin, int end, int head_size,
+    float scale, float* accumulator) {
   thread_local std::vector<float> query_f16;
   query_f16.resize(head_size);
   for (int d = 0; d < head_size; ++d) query_f16[d] = round_to_f16(query[d]);
   std::fill(accumulator, accumulator + head_size, 0.0f);
   AttentionPartial state;
   for (int p = begin; p < end; ++p) {
-    const float score = dot_f16(keys + static_cast<int64_t>(p) * head_size, query_f16.data(),
-                                head_size) * scale;
+    const float score =
+        dot_f16(keys + static_cast<int64_t>(p) * head_size, query_f16.data(), head_size) * scale;
     float rescale = 1.0f;  // for the accumulator and sum, when the maximum grows
     float weight = 1.0f;   // exp(score - max)
     if (score > state.max) {
@@ -218,17 +219,23 @@ TACHYON_FMA_CLONES AttentionPartial attention_chunk(const float* query, const fl
   return state;
 }
 
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kAttention, AttentionPartial, attention_chunk,
+                          (const float* query, const float* keys, const float* values, int begin,
+                           int end, int head_size, float scale, float* accumulator),
+                          (query, keys, values, begin, end, head_size, scale, accumulator))
+
 }  // namespace
 
-bool matmul_supports(DType type) { return type == DType::kQ4_1 || type == DType::kQ8_0; }
+bool matmul_supports(DType type) {
+  return type == DType::kQ4_1 || type == DType::kQ8_0;
+}
 
-void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
-            ThreadPool& pool) {
+void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   llamacpp::matmul_at_level(active_kernel_level(), w, x, num_tokens, y, pool);
 }
 
-void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
-                     int64_t num_tokens, float* y, ThreadPool& pool) {
+void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+                     float* y, ThreadPool& pool) {
   TACHYON_CHECK(matmul_supports(w.type) && w.cols % kBlock == 0);
   const int64_t blocks = w.cols / kBlock;
   thread_local std::vector<int8_t> qs_storage;
@@ -265,7 +272,8 @@ void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
   });
 }
 
-TACHYON_FMA_CLONES void rms_norm(const float* x, const float* weight, int size, float eps, float* out) {
+__attribute__((always_inline)) inline void rms_norm_body(const float* x, const float* weight,
+                                                         int size, float eps, float* out) {
   double sum_squares = 0.0;
   for (int i = 0; i < size; ++i) sum_squares += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum_squares / size);
@@ -273,7 +281,12 @@ TACHYON_FMA_CLONES void rms_norm(const float* x, const float* weight, int size, 
   for (int i = 0; i < size; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-TACHYON_FMA_CLONES void swiglu(const float* gate, const float* up, int64_t size, float* out) {
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, rms_norm,
+                          (const float* x, const float* weight, int size, float eps, float* out),
+                          (x, weight, size, eps, out))
+
+__attribute__((always_inline)) inline void swiglu_body(const float* gate, const float* up,
+                                                       int64_t size, float* out) {
   // ggml's SIMD loop covers whole vectors of 16; the rest goes through libm's expf.
   const int64_t vectorised = size - size % 16;
   for (int64_t i = 0; i < size; ++i) {
@@ -283,8 +296,13 @@ TACHYON_FMA_CLONES void swiglu(const float* gate, const float* up, int64_t size,
   }
 }
 
-TACHYON_FMA_CLONES void rope_rotate(float* heads, int num_heads, int head_size, const float* cos, const float* sin,
-                 bool adjacent_pairs) {
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, swiglu,
+                          (const float* gate, const float* up, int64_t size, float* out),
+                          (gate, up, size, out))
+
+__attribute__((always_inline)) inline void rope_rotate_body(float* heads, int num_heads,
+                                                            int head_size, const float* cos,
+                                                            const float* sin, bool adjacent_pairs) {
   const int pairs = head_size / 2;
   for (int h = 0; h < num_heads; ++h) {
     float* head = heads + static_cast<int64_t>(h) * head_size;
@@ -298,10 +316,19 @@ TACHYON_FMA_CLONES void rope_rotate(float* heads, int num_heads, int head_size, 
   }
 }
 
-TACHYON_FMA_CLONES void attention_row_tiled(const float* query, const float* keys, const float* values, int count,
-                         int head_size, float scale, float* out) {
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kRope, void, rope_rotate,
+                          (float* heads, int num_heads, int head_size, const float* cos,
+                           const float* sin, bool adjacent_pairs),
+                          (heads, num_heads, head_size, cos, sin, adjacent_pairs))
+
+__attribute__((always_inline)) inline void attention_row_tiled_body(const float* query,
+                                                                    const float* keys,
+                                                                    const float* values, int count,
+                                                                    int head_size, float scale,
+                                                                    float* out) {
   constexpr int kTile = kTiledAttentionRows;  // positions per tile (= query rows per tile)
-  thread_local std::vector<float> keys_by_dimension, accumulator;  // [head_size, kTile], [head_size]
+  thread_local std::vector<float> keys_by_dimension,
+      accumulator;  // [head_size, kTile], [head_size]
   keys_by_dimension.resize(static_cast<size_t>(head_size) * kTile);
   accumulator.assign(head_size, 0.0f);
   float running_max = -INFINITY;
@@ -351,12 +378,17 @@ TACHYON_FMA_CLONES void attention_row_tiled(const float* query, const float* key
   for (int d = 0; d < head_size; ++d) out[d] = accumulator[d] * inverse;
 }
 
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kAttention, void, attention_row_tiled,
+                          (const float* query, const float* keys, const float* values, int count,
+                           int head_size, float scale, float* out),
+                          (query, keys, values, count, head_size, scale, out))
+
 void attention_row(const float* query, const float* keys, const float* values, int count,
                    int head_size, float scale, float* out) {
   thread_local std::vector<float> accumulator;
   accumulator.resize(head_size);
-  const AttentionPartial partial = attention_chunk(query, keys, values, 0, count, head_size,
-                                                   scale, accumulator.data());
+  const AttentionPartial partial =
+      attention_chunk(query, keys, values, 0, count, head_size, scale, accumulator.data());
   const float inverse = partial.sum == 0.0f ? 0.0f : 1.0f / partial.sum;
   for (int d = 0; d < head_size; ++d) out[d] = accumulator[d] * inverse;
 }
@@ -370,8 +402,8 @@ void attention_row_split(const float* query, const float* keys, const float* val
   float sum = 0.0f;
   for (int begin = 0; begin < count; begin += chunk_size) {
     const AttentionPartial partial =
-        attention_chunk(query, keys, values, begin, std::min(count, begin + chunk_size),
-                        head_size, scale, chunk.data());
+        attention_chunk(query, keys, values, begin, std::min(count, begin + chunk_size), head_size,
+                        scale, chunk.data());
     if (partial.sum == 0.0f) continue;
     const float new_max = std::fmax(running_max, partial.max);
     const float old_scale = std::exp(running_max - new_max);

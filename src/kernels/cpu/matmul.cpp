@@ -25,13 +25,6 @@
 namespace tachyon::kernels {
 namespace {
 
-KernelLevel best_level() {
-  const CpuFeatures& features = CpuFeatures::get();
-  if (features.has_avx512_kernels()) return KernelLevel::kAvx512;
-  if (features.has_avx2_kernels()) return KernelLevel::kAvx2;
-  return KernelLevel::kReference;
-}
-
 template <typename T>
 T* grown(std::vector<T>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
@@ -108,46 +101,9 @@ size_t WeightMatrix::row_bytes() const {
   return static_cast<size_t>(cols / info.block_elements * info.block_bytes);
 }
 
-KernelLevel active_kernel_level() {
-  static const KernelLevel level = [] {
-    KernelLevel best = best_level();
-    const char* requested = std::getenv("TACHYON_KERNELS");
-    if (requested == nullptr || *requested == '\0') return best;
-    KernelLevel cap = best;
-    if (std::strcmp(requested, "reference") == 0) {
-      cap = KernelLevel::kReference;
-    } else if (std::strcmp(requested, "avx2") == 0) {
-      cap = KernelLevel::kAvx2;
-    } else if (std::strcmp(requested, "avx512") == 0) {
-      cap = KernelLevel::kAvx512;
-    } else {
-      std::fprintf(stderr, "tachyon: ignoring TACHYON_KERNELS=%s (want reference|avx2|avx512)\n",
-                   requested);
-    }
-    return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
-  }();
-  return level;
-}
-
-std::string_view kernel_level_name(KernelLevel level) {
-  switch (level) {
-    case KernelLevel::kReference:
-      return "reference";
-    case KernelLevel::kAvx2:
-      return "avx2";
-    case KernelLevel::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
 bool matmul_supports(DType type) {
   const std::optional<DTypeInfo> info = dtype_info(static_cast<uint32_t>(type));
   return info.has_value() && info->can_dequantize;
-}
-
-bool kernel_level_available(KernelLevel level) {
-  return static_cast<int>(level) <= static_cast<int>(best_level());
 }
 
 int64_t decode_prefetch_bytes(int64_t working_set_bytes) {
@@ -213,13 +169,14 @@ void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& inp
     TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
   }
   if (products.empty() || num_tokens == 0) return;
+  note_family_level(KernelFamily::kMatmul, level);
   if (level == KernelLevel::kReference) {
-    // The oracle, single-threaded: for tests and for TACHYON_KERNELS=reference debugging.
+    // The oracle, single-threaded: for tests and for TACHYON_CPU_LEVEL=portable debugging.
     for (const MatmulProduct& product : products) {
       const WeightMatrix& w = *product.w;
       if (w.rows == 0) continue;
-      const Status status = reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens,
-                                              product.y);
+      const Status status =
+          reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens, product.y);
       TACHYON_CHECK(status.ok());
     }
     if (epilogue != nullptr && products[0].w->rows > 0) (*epilogue)(0, products[0].w->rows);
@@ -235,8 +192,13 @@ void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& inp
   MatmulJob* const jobs = products.size() > kStackJobs ? many_jobs.data() : stack_jobs;
   for (size_t j = 0; j < products.size(); ++j) {
     const WeightMatrix& w = *products[j].w;
-    jobs[j] = MatmulJob{level,  &w, x, num_tokens, products[j].y,
-                        MatmulInput::format_of(w) == MatmulInput::Format::kQ8K, &input.q8(),
+    jobs[j] = MatmulJob{level,
+                        &w,
+                        x,
+                        num_tokens,
+                        products[j].y,
+                        MatmulInput::format_of(w) == MatmulInput::Format::kQ8K,
+                        &input.q8(),
                         &input.q8_k()};
   }
   const size_t num_jobs = products.size();

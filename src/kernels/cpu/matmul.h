@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/function_ref.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
 
@@ -30,15 +31,6 @@ struct WeightMatrix {
 
   size_t row_bytes() const;
 };
-
-enum class KernelLevel { kReference, kAvx2, kAvx512 };
-
-// The best level this CPU supports, unless TACHYON_KERNELS=reference|avx2|avx512 asks for a
-// lower one (used by tests to compare levels).
-KernelLevel active_kernel_level();
-std::string_view kernel_level_name(KernelLevel level);
-// True when this CPU can run `level` (kReference always).
-bool kernel_level_available(KernelLevel level);
 
 // How far ahead the decode kernels should prefetch the weights of a model that streams
 // `working_set_bytes` per token, in bytes; 0: as tuned for AMD Zen 4, where the hardware
@@ -61,8 +53,8 @@ bool matmul_supports(DType type);
 void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
 
 // The same at an explicit level (tests and benchmarks); `level` must be available.
-void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x,
-                     int64_t num_tokens, float* y, ThreadPool& pool);
+void matmul_at_level(KernelLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+                     float* y, ThreadPool& pool);
 
 // Several products of the same input (e.g. a layer's query, key and value projections): x is
 // quantized once per activation format and the threads meet once for all of them instead of

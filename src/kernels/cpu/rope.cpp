@@ -1,10 +1,13 @@
 #include "kernels/cpu/rope.h"
 
-namespace tachyon::kernels {
+#include "kernels/cpu/kernel_level.h"
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void rope_rotate(
-    float* heads, int num_heads, int head_size, const float* cos, const float* sin,
-    bool adjacent_pairs) {
+namespace tachyon::kernels {
+namespace {
+
+__attribute__((always_inline)) inline void rope_rotate_body(float* heads, int num_heads,
+                                                            int head_size, const float* cos,
+                                                            const float* sin, bool adjacent_pairs) {
   const int pairs = head_size / 2;
   for (int h = 0; h < num_heads; ++h) {
     float* x = heads + h * head_size;
@@ -26,5 +29,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void rope_rotate(
     }
   }
 }
+
+}  // namespace
+
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kRope, void, rope_rotate,
+                          (float* heads, int num_heads, int head_size, const float* cos,
+                           const float* sin, bool adjacent_pairs),
+                          (heads, num_heads, head_size, cos, sin, adjacent_pairs))
 
 }  // namespace tachyon::kernels
