@@ -4,9 +4,12 @@ server (llama-server, built by bench/build_llama_server.sh) on the same model an
 server after the other, with `wrk` (HTTP/1.1 keep-alive) and ApacheBench (`ab`: HTTP/1.0, a new
 connection per request, each response read until the server closes), at 1 and 64 connections,
 on GET /health and on 1-token completions (POST /v1/completions, max_tokens 1, temperature 0).
-Prints a markdown table; failed requests are counted in it.
+The servers take turns for --rounds rounds; each cell is the median of its rounds. Prints a
+markdown table; failed requests are counted in it (connection errors, non-2xx answers,
+requests that never completed; not ab's "Length" count, which only says bodies differ in size).
 
     .venv/bin/python bench/compare_http.py [--threads 2] [--seconds 5] [--ab-requests 2000]
+        [--rounds 3]
         [--llama-server .peers/llama-server/build/bin/llama-server] [--model M.gguf]
 """
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,8 +78,9 @@ def measure(name: str, command: list[str], port: int, args, workdir: str) -> lis
                 requests = args.ab_requests if not post else max(64, args.ab_requests // 10)
                 result, text = run_ab(url + path, requests, connections,
                                       str(body_file) if post else None)
-                failed = int((result["failed"] or 0) + (result["non2xx"] or 0) +
-                             (requests - (result["complete"] or 0)))
+                # Bodies of varying length are not errors (llama-server's carry timings).
+                failed = int((result["failed"] or 0) - result["length_differences"] +
+                             (result["non2xx"] or 0) + (requests - (result["complete"] or 0)))
                 rows.append({"server": name, "route": route, "client": "ab (close)",
                              "connections": connections, "rps": result["rps"] or 0.0,
                              "errors": failed, "seconds": result["elapsed"]})
@@ -96,22 +101,39 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--ab-requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tachyon", default=str(ROOT / "build" / "tachyon"))
     parser.add_argument("--llama-server",
                         default=str(ROOT / ".peers/llama-server/build/bin/llama-server"))
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="tachyon-compare-http-")
-    port = free_port()
-    rows = measure("tachyon", [args.tachyon, "serve", "-m", args.model, "--port", str(port),
-                               "-t", str(args.threads), "-c", "2048"], port, args, workdir)
-    if Path(args.llama_server).exists():
-        port = free_port()
-        rows += measure("llama-server", [args.llama_server, "-m", args.model, "--port",
-                                         str(port), "-t", str(args.threads), "-np", "64", "-c",
-                                         "16384", "--no-webui"], port, args, workdir)
-    else:
+    have_peer = Path(args.llama_server).exists()
+    if not have_peer:
         print(f"{args.llama_server} missing (bench/build_llama_server.sh builds it)",
               file=sys.stderr)
+    # The servers take turns round by round, so that a machine's slow phases hit both.
+    samples: list[dict] = []
+    for _ in range(args.rounds):
+        port = free_port()
+        samples += measure("tachyon", [args.tachyon, "serve", "-m", args.model, "--port",
+                                       str(port), "-t", str(args.threads), "-c", "2048"], port,
+                           args, workdir)
+        if have_peer:
+            port = free_port()
+            samples += measure("llama-server", [args.llama_server, "-m", args.model, "--port",
+                                                str(port), "-t", str(args.threads), "-np", "64",
+                                                "-c", "16384", "--no-webui"], port, args, workdir)
+    # Each cell: the median of its rounds' requests/s, the errors of all rounds added up.
+    cells: dict[tuple, dict] = {}
+    for sample in samples:
+        key = (sample["server"], sample["route"], sample["client"], sample["connections"])
+        cell = cells.setdefault(key, {**sample, "all_rps": [], "errors": 0})
+        cell["all_rps"].append(sample["rps"])
+        cell["errors"] += sample["errors"]
+    rows = []
+    for cell in cells.values():
+        cell["rps"] = statistics.median(cell["all_rps"])
+        rows.append(cell)
     peers = {(r["route"], r["client"], r["connections"]): r for r in rows
              if r["server"] == "llama-server"}
     print("| route | client | connections | tachyon req/s | llama-server req/s | ratio | "

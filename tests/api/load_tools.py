@@ -24,6 +24,11 @@ def run_ab(url: str, requests: int, concurrency: int, body_file: str | None = No
     elapsed = time.monotonic() - started
     text = process.stdout + process.stderr
     result = {"exit": process.returncode, "elapsed": elapsed}
+    # ab counts a response whose length differs from the first one's as failed ("Length"):
+    # a server whose bodies vary (timings, ids) gets those without any error.
+    match = re.search(r"\(Connect: (\d+), Receive: (\d+), Length: (\d+), Exceptions: (\d+)\)",
+                      text)
+    result["length_differences"] = int(match.group(3)) if match else 0
     for key, pattern in {"complete": r"Complete requests:\s+(\d+)",
                          "failed": r"Failed requests:\s+(\d+)",
                          "non2xx": r"Non-2xx responses:\s+(\d+)",
