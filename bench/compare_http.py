@@ -21,33 +21,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "api"))
+sys.path.insert(0, str(ROOT / "bench"))
+from compare_serving import wait_healthy  # noqa: E402
 from load_tools import run_ab, run_wrk  # noqa: E402
 from server_fixture import free_port  # noqa: E402
 
 DEFAULT_MODEL = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache" / "tachyon")) / \
     "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The capital of France is"
-
-
-def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError("server did not become healthy")
 
 
 def measure(name: str, command: list[str], port: int, args, workdir: str) -> list[dict]:

@@ -16,7 +16,7 @@
    median of both runs).
 4. Issue 5's criterion: B's median TTFT under A's load ≤ 2× B's median TTFT alone (printed;
    asserted with a guard of 3×), and what holds on any machine: B's median TTFT under load is
-   at most 3 engine steps (mean step time while B ran). Also
+   at most 2.5 engine steps (mean step time while B ran) longer than alone. Also
    printed: A's load over B's as measured, B's queue time and TTFT as the server saw them
    (usage ledger), and the engine's step sizes meanwhile.
 
@@ -62,11 +62,12 @@ B_RATE_MARGIN = 2.0
 # and printed (docs/benchmarks.md keeps it), and the test asserts it only with a generous guard.
 TARGET_RATIO = 2.0
 GUARD_RATIO = 3.0
-# What the test holds on any machine: B's median TTFT under load in engine steps (the mean step
-# time while B ran). A fair scheduler starts B's prompt in the step after it arrives, so its
-# first token comes within about two steps; first come, first served would make it wait for
-# A's whole queue.
-MAX_TTFT_STEPS = 3.0
+# What the test holds on any machine: how much longer B waits for its first token under load
+# than alone, in engine steps (the mean step time while B ran). A fair scheduler starts B's
+# prompt in the step after it arrives: B waits out the step running when it arrives, and its
+# own step is longer than alone (A's work shares it), about 1-1.5 steps more in all; first
+# come, first served would make it wait for A's whole queue (dozens of steps).
+MAX_EXTRA_STEPS = 2.5
 A_RAMP_SECONDS = 5.0  # A's streams start one after another over this long
 LOAD_WARMUP_SECONDS = 20.0  # at most this long for A to fill the engine
 A_RATE_SECONDS = 5.0  # A's served rate is measured over this long before B starts
@@ -359,11 +360,13 @@ def run(tachyon: str, model: str | None, work: Path, extra_args: list[str]) -> N
                   ratio <= GUARD_RATIO,
                   f"{median_loaded * 1000:.0f} ms vs {median_alone * 1000:.0f} ms (×{ratio:.2f})")
             if steps > 0:
-                ttft_steps = median_loaded / (took / steps)
-                check(f"B's median TTFT under A's flood ≤ {MAX_TTFT_STEPS:g} engine steps",
-                      ttft_steps <= MAX_TTFT_STEPS,
-                      f"{ttft_steps:.2f} steps of {took / steps * 1000:.0f} ms")
-                info(f"B's median TTFT under load: {ttft_steps:.2f} mean engine steps")
+                step_seconds = took / steps
+                extra_steps = (median_loaded - median_alone) / step_seconds
+                check(f"B's median TTFT under A's flood is at most {MAX_EXTRA_STEPS:g} engine "
+                      f"steps longer than alone", extra_steps <= MAX_EXTRA_STEPS,
+                      f"{extra_steps:.2f} steps of {step_seconds * 1000:.0f} ms")
+                info(f"B's median TTFT under load: {extra_steps:.2f} mean engine steps more than "
+                     f"alone ({median_loaded / step_seconds:.2f} steps in all)")
         if results["failed"]:
             server.dump_stderr("some checks failed", last_lines=30)
     check("server exits 0 on SIGTERM", server.returncode == 0, server.returncode)
