@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
 from raw_http import ConnectionClosed, RawHttp, request, sse_payloads  # noqa: E402
-from server_fixture import TachyonServer, metrics  # noqa: E402
+from server_fixture import TachyonServer, metrics, parse_prometheus  # noqa: E402
 
 CTX = 2048
 IDLE_TIMEOUT = 3.0
@@ -300,11 +300,23 @@ def test_max_connections(tachyon: str, model: str | None) -> None:
     server = TachyonServer(tachyon, model, args=["-c", str(CTX), "--max-connections", str(limit),
                                                  "--idle-timeout", "30"])
     with server:
+        # First a connection that waits (asking /metrics on itself) until it is the only one
+        # open: the fixture's last health check may still be closing.
+        first = RawHttp(server.port)
+        deadline = time.monotonic() + 10
+        while True:
+            first.send(request("GET", "/metrics"))
+            values = parse_prometheus(first.read_response().body.decode())
+            if values.get("tachyon:http_connections_open") == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         streamer = RawHttp(server.port)
         streamer.send(request("POST", "/v1/completions",
                               completion(stream=True, max_tokens=300, ignore_eos=True)))
-        idle = [RawHttp(server.port) for _ in range(limit - 1)]
-        time.sleep(0.3)  # accepted and counted
+        idle = [first] + [RawHttp(server.port) for _ in range(limit - 2)]
+        for client in idle[1:]:  # answered: accepted (after the streamer) and counted
+            client.send(request("GET", "/health"))
+            client.read_response()
         extra = RawHttp(server.port, timeout=10)
         ok, detail = refused(extra, 503, "server_overloaded")
         extra.close()
