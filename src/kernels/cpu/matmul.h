@@ -33,10 +33,11 @@ struct WeightMatrix {
 };
 
 // How far ahead the decode kernels should prefetch the weights of a model that streams
-// `working_set_bytes` per token, in bytes; 0: as tuned for AMD Zen 4, where the hardware
-// prefetchers kept up and software prefetching only slowed decoding down (the K-quant tiles
-// then prefetch two super-blocks ahead into L1). On Intel CPUs (measured on a 2-core Xeon VM,
-// where the hardware prefetchers alone fall behind) kDecodePrefetchBytes for a working set up
+// `working_set_bytes` per token, in bytes; 0: as tuned for AMD Zen 4's AVX-512 kernels, where
+// the hardware prefetchers kept up and software prefetching only slowed decoding down (the
+// K-quant tiles then prefetch two super-blocks ahead into L1); AMD at the AVX2 level
+// kDecodePrefetchBytes (measured on Zen 4 forced to AVX2). On Intel CPUs (measured on a 2-core Xeon
+// VM, where the hardware prefetchers alone fall behind) kDecodePrefetchBytes for a working set up
 // to half the L3 cache, kDecodePrefetchFromMemoryBytes past it. TACHYON_DECODE_PREFETCH=<bytes>
 // overrides it for every model (0 for the Zen 4 tuning).
 int64_t decode_prefetch_bytes(int64_t working_set_bytes);
