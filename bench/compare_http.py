@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "api"))
 sys.path.insert(0, str(ROOT / "bench"))
 from compare_serving import wait_healthy  # noqa: E402
-from load_tools import run_ab, run_wrk  # noqa: E402
+from load_tools import run_ab, run_wrk, write_wrk_post_script  # noqa: E402
 from server_fixture import free_port  # noqa: E402
 
 DEFAULT_MODEL = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache" / "tachyon")) / \
@@ -49,8 +49,7 @@ def measure(name: str, command: list[str], port: int, args, workdir: str) -> lis
         body_file = Path(workdir, f"{name}.json")
         body_file.write_text(body)
         lua_file = Path(workdir, f"{name}.lua")
-        lua_file.write_text(f'wrk.method = "POST"\nwrk.body = \'{body}\'\n'
-                            'wrk.headers["Content-Type"] = "application/json"\n')
+        write_wrk_post_script(lua_file, body)
         for route, path, post in (("/health", "/health", False),
                                   ("1-token completion", "/v1/completions", True)):
             for connections in (1, 64):

@@ -143,7 +143,6 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
   header.set(http::field::cache_control, "no-cache");
   header.set("X-Accel-Buffering", "no");
   connection_.add_common_headers(header);
-  header.keep_alive(connection_.keep_alive());
   header.set(http::field::connection, connection_.keep_alive() ? "keep-alive" : "close");
   header.chunked(connection_.chunked_allowed());
   http::response_serializer<http::empty_body> serializer{header};

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
-from load_tools import run_ab, run_wrk  # noqa: E402
+from load_tools import run_ab, run_wrk, write_wrk_post_script  # noqa: E402
 from server_fixture import TachyonServer  # noqa: E402
 
 CTX = 2048
@@ -126,9 +126,7 @@ def main() -> int:
         body_file = os.path.join(workdir, "completion.json")
         Path(body_file).write_text(json.dumps(completion))
         lua_file = os.path.join(workdir, "completion.lua")
-        Path(lua_file).write_text('wrk.method = "POST"\n'
-                                  f"wrk.body = '{json.dumps(completion)}'\n"
-                                  'wrk.headers["Content-Type"] = "application/json"\n')
+        write_wrk_post_script(lua_file, json.dumps(completion))
         section("ab", test_ab, server, body_file)
         section("wrk", test_wrk, server, lua_file)
         section("churn", test_churn, server, args.churn)

@@ -5,12 +5,14 @@ response until the server closes; `wrk` keeps its connections alive.
     result, text = run_ab("http://127.0.0.1:8080/health", requests=1000, concurrency=8)
     result["failed"], result["rps"], result["elapsed"]
     result, text = run_wrk("http://127.0.0.1:8080/health", connections=64, seconds=3)
+    write_wrk_post_script("post.lua", json_body)   # then run_wrk(url, ..., script="post.lua")
 """
 from __future__ import annotations
 
 import re
 import subprocess
 import time
+from pathlib import Path
 
 
 def run_ab(url: str, requests: int, concurrency: int, body_file: str | None = None,
@@ -55,3 +57,9 @@ def run_wrk(url: str, connections: int, seconds: int, script: str | None = None)
     match = re.search(r"Requests/sec:\s+([\d.]+)", text)
     result["rps"] = float(match.group(1)) if match else 0.0
     return result, text
+
+
+def write_wrk_post_script(path: str | Path, json_body: str) -> None:
+    """A wrk Lua script that POSTs `json_body` (a JSON text without single quotes)."""
+    Path(path).write_text(f'wrk.method = "POST"\nwrk.body = \'{json_body}\'\n'
+                          'wrk.headers["Content-Type"] = "application/json"\n')
