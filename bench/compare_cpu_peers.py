@@ -9,6 +9,7 @@ before and after it).
 
     .venv/bin/python bench/compare_cpu_peers.py [-t 2] [-r 5] [--rounds 1] [--long]
         [--only MODEL] [--tests pp8192,...] [--peers ik_llama.cpp] [--interleave]
+        [--level avx2]
 
 --interleave runs one repetition per engine call and the engines take turns repetition by
 repetition (each call loads the model again): these machines' read bandwidth changes from
@@ -20,6 +21,13 @@ Models (made first if missing): the default SmolLM2-135M Q4_1 and its Q8_0 / F16
 from the Q8_0 one). --long adds pp8192 on the default model (minutes per engine).
 Needs build/tachyon, .venv-llamacpp (tools/requirements-llamacpp.txt) and .venv-ikllama
 (tools/requirements-ikllama.txt).
+
+--level avx2 (issue 21's AVX2 table): tachyon with TACHYON_CPU_LEVEL=avx2 against both peers
+built for AVX2 + FMA + F16C only, no AVX-512, VNNI or AMX (bench/build_llama_server.sh avx2 and
+bench/build_ik_llama.sh avx2, which this script runs if their libraries are missing: ~25 and
+~35 min on 2 cores), through the same bench scripts with the bindings' Python packages from
+their sdists and the libraries chosen by LLAMA_CPP_LIB_PATH / IK_LLAMA_CPP_LIB_PATH, in
+.peers/venv (numpy, diskcache, jinja2, typing_extensions).
 """
 from __future__ import annotations
 
@@ -39,11 +47,36 @@ MODELS = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / 
 DEFAULT = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def ensure_models() -> dict[str, Path]:
-    python = str(ROOT / ".venv/bin/python")
+PEERS = ROOT / ".peers"
+PEER_PYTHON = PEERS / "venv/bin/python"
 
-    def made(*argv: str, python: str = python) -> Path:
-        out = subprocess.run([python, *argv], capture_output=True, text=True, check=True,
+
+def built_library(script: str) -> Path:
+    """The AVX2-only build of a peer, built first if missing (the script prints its path)."""
+    out = subprocess.run([str(ROOT / "bench" / script), "avx2"], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def avx2_peer_environments() -> dict[str, dict[str, str]]:
+    """Environment variables that make the bench scripts load the AVX2-only peers."""
+    if not PEER_PYTHON.exists():
+        subprocess.run(["python3", "-m", "venv", str(PEERS / "venv")], check=True)
+        subprocess.run([str(PEER_PYTHON), "-m", "pip", "install", "--quiet", "numpy",
+                        "diskcache", "jinja2", "typing_extensions"], check=True)
+    llama_server = built_library("build_llama_server.sh")  # .../build/bin/llama-server
+    ik_library = built_library("build_ik_llama.sh")
+    return {
+        "llama.cpp": {"PYTHONPATH": str(PEERS / "llama-server/src"),
+                      "LLAMA_CPP_LIB_PATH": str(llama_server.parent)},
+        "ik_llama.cpp": {"PYTHONPATH": str(PEERS / "ik/src"),
+                         "IK_LLAMA_CPP_LIB_PATH": str(ik_library)},
+    }
+
+
+def ensure_models(llamacpp_python: list[str]) -> dict[str, Path]:
+    def made(*argv: str, python: tuple[str, ...] = (str(ROOT / ".venv/bin/python"),)) -> Path:
+        out = subprocess.run([*python, *argv], capture_output=True, text=True, check=True,
                              cwd=ROOT)
         return Path(out.stdout.strip().splitlines()[-1])
 
@@ -54,24 +87,32 @@ def ensure_models() -> dict[str, Path]:
         "Llama-3.2-1B shape Q4_0": made("tools/make_random_model.py", "--type", "Q4_0"),
         "Llama-3.2-1B shape Q8_0": made("tools/make_random_model.py", "--type", "Q8_0"),
         "Llama-3.2-1B shape Q4_K_M": made("tools/make_k_quant_model.py", "--type", "Q4_K_M",
-                                          python=str(ROOT / ".venv-llamacpp/bin/python")),
+                                          python=tuple(llamacpp_python)),
     }
 
 
-def run_json(command: list[str]) -> dict[str, dict]:
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+def run_json(command: list[str], env: dict[str, str]) -> dict[str, dict]:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, **env})
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:3])} failed: {result.stderr[-2000:]}")
     return {row["test"]: row for row in json.loads(result.stdout)}
 
 
-def engines(threads: int, reps: int) -> dict[str, list[str]]:
+def peer_pythons(level: str) -> dict[str, str]:
+    if level == "avx2":
+        return {"llama.cpp": str(PEER_PYTHON), "ik_llama.cpp": str(PEER_PYTHON)}
+    return {"llama.cpp": str(ROOT / ".venv-llamacpp/bin/python"),
+            "ik_llama.cpp": str(ROOT / ".venv-ikllama/bin/python")}
+
+
+def engines(threads: int, reps: int, level: str) -> dict[str, list[str]]:
     common = ["-t", str(threads), "-r", str(reps), "--json"]
+    python = peer_pythons(level)
     return {
         "tachyon": [str(ROOT / "build/tachyon"), "bench", *common],
-        "llama.cpp": [str(ROOT / ".venv-llamacpp/bin/python"), "bench/llamacpp_bench.py", *common],
-        "ik_llama.cpp": [str(ROOT / ".venv-ikllama/bin/python"), "bench/ikllama_bench.py",
-                         *common],
+        "llama.cpp": [python["llama.cpp"], "bench/llamacpp_bench.py", *common],
+        "ik_llama.cpp": [python["ik_llama.cpp"], "bench/ikllama_bench.py", *common],
     }
 
 
@@ -87,8 +128,21 @@ def main() -> int:
                         help="peers to run (comma-separated; mainline takes ~2 min per pp8192)")
     parser.add_argument("--interleave", action="store_true",
                         help="engines take turns repetition by repetition, not test by test")
+    parser.add_argument("--level", choices=("native", "avx2"), default="native",
+                        help="avx2: tachyon forced to AVX2 against peers built AVX2-only")
     args = parser.parse_args()
-    models = ensure_models()
+    environments: dict[str, dict[str, str]] = {"llama.cpp": {}, "ik_llama.cpp": {}}
+    if args.level == "avx2":
+        environments = avx2_peer_environments()
+    environments["tachyon"] = {"TACHYON_CPU_LEVEL": args.level} if args.level == "avx2" else {}
+    llamacpp_python = [peer_pythons(args.level)["llama.cpp"]]
+    if args.level == "avx2":
+        # The K-quant model is made by llama.cpp's quantizer: the native build of the same
+        # version, which gives the same bytes.
+        llamacpp_python = ["env", f"PYTHONPATH={PEERS / 'llama-server/src'}",
+                           f"LLAMA_CPP_LIB_PATH={PEERS / 'llama-server/build/bin'}",
+                           str(PEER_PYTHON)]
+    models = ensure_models(llamacpp_python)
     # (model, test arguments, the tests they produce)
     plan = [("SmolLM2-135M Q4_1", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
             ("SmolLM2-135M Q4_1", ["-p", "0", "-n", "0", "--parallel", "32"], ["batched32"]),
@@ -107,8 +161,8 @@ def main() -> int:
     peers = args.peers.split(",")
     calls = args.reps if args.interleave else 1  # engine calls per test and round
     runners = {engine: command
-               for engine, command in engines(args.threads,
-                                              1 if args.interleave else args.reps).items()
+               for engine, command in engines(args.threads, 1 if args.interleave else args.reps,
+                                              args.level).items()
                if engine == "tachyon" or engine in peers}
     rates: dict[tuple[str, str, str], list[float]] = {}
     roofline: dict[str, list[float]] = {}
@@ -122,7 +176,8 @@ def main() -> int:
             allowed: list[float] = []
             for _ in range(calls):
                 for engine, command in runners.items():
-                    rows = run_json([*command, "-m", str(models[model]), *test_args])
+                    rows = run_json([*command, "-m", str(models[model]), *test_args],
+                                    environments[engine])
                     for test in tests:
                         reps.setdefault((test, engine), []).extend(
                             rows[test].get("samples", [rows[test]["tokens_per_second"]]))
@@ -140,13 +195,15 @@ def main() -> int:
             if fractions:
                 roofline.setdefault(model, []).append(statistics.median(fractions))
                 roofline_rate.setdefault(model, []).append(statistics.median(allowed))
-    versions = {name: subprocess.run([str(ROOT / venv / "bin/python"), "-c",
+    versions = {name: subprocess.run([peer_pythons(args.level)[engine], "-c",
                                       f"import {module}; print({module}.__version__)"],
-                                     capture_output=True, text=True).stdout.strip()
-                for name, venv, module in (("llama-cpp-python", ".venv-llamacpp", "llama_cpp"),
-                                           ("ik-llama-cpp-python", ".venv-ikllama",
-                                            "ik_llama_cpp"))}
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; threads: {args.threads}; peers: "
+                                     capture_output=True, text=True,
+                                     env={**os.environ, **environments[engine]}).stdout.strip()
+                for name, engine, module in (("llama-cpp-python", "llama.cpp", "llama_cpp"),
+                                             ("ik-llama-cpp-python", "ik_llama.cpp",
+                                              "ik_llama_cpp"))}
+    level = " (tachyon forced to AVX2, peers built AVX2-only)" if args.level == "avx2" else ""
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores{level}; threads: {args.threads}; peers: "
           f"llama-cpp-python {versions['llama-cpp-python']} (llama.cpp mainline), "
           f"ik-llama-cpp-python {versions['ik-llama-cpp-python']} (ik_llama.cpp); "
           f"median of {args.reps} repetitions per test"

@@ -138,14 +138,18 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
   }
 }
 
-// The AVX-512 kernel and the portable one give every row the same bits: odd head sizes (masked
-// vectors), spans that are not whole vectors, partial and empty visibility, row counts that
-// leave every remainder of the 6-row tile, and a state carried in from an earlier span.
-// ... and so does the AVX-512 kernel reading keys and values as f16 bits (an f16 cache in
-// place), given the same values widened to f32 by the others.
-TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
-  if (!kernels::kernel_level_available(kernels::KernelLevel::kAvx512)) {
-    GTEST_SKIP() << "no AVX-512 on this CPU";
+// The AVX-512 and AVX2 kernels and the portable one give every row the same bits: odd head sizes
+// (masked vectors, or the portable fallback at AVX2), spans that are not whole vectors, partial
+// and empty visibility, row counts that leave every remainder of the 6- and 4-row tiles, and a
+// state carried in from an earlier span.
+// ... and so do the kernels reading keys and values as f16 bits (an f16 cache in place), given
+// the same values widened to f32 by the others.
+class AttentionLevelTest : public testing::TestWithParam<kernels::KernelLevel> {};
+
+TEST_P(AttentionLevelTest, MatchesPortableBitForBit) {
+  const kernels::KernelLevel level = GetParam();
+  if (!kernels::kernel_level_available(level)) {
+    GTEST_SKIP() << "this CPU lacks the level";
   }
   std::mt19937 rng(23);
   std::normal_distribution<float> normal;
@@ -153,6 +157,7 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
     int num_tokens, group, head_size, span;
   };
   int checked = 0;
+  int checked_f16 = 0;
   for (const LevelCase c : {LevelCase{16, 3, 64, 128}, LevelCase{1, 3, 64, 128},
                             LevelCase{1, 8, 128, 7}, LevelCase{7, 4, 128, 100},
                             LevelCase{5, 1, 80, 33}, LevelCase{9, 2, 14, 40},
@@ -168,7 +173,7 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
     for (float& x : queries) x = normal(rng) * 2.0f;
     // Values an f16 cache can hold, and their f16 bits for the in-place kernel in groups of 16
     // positions as a paged cache keeps them: the groups stored in reverse order, key rows 16
-    // apart, and a last group's positions past the span NaN (they must not be read).
+    // apart, and a last group's positions past the span NaN (they must not change a result).
     for (float& x : keys_by_dimension) x = round_to_f16(normal(rng));
     for (float& x : values) x = round_to_f16(normal(rng));
     const int group_positions = kernels::kAttentionGroupPositions;
@@ -211,11 +216,12 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
         acc0[i] = (i / c.head_size) % 4 == 0 ? 0.0f : normal(rng);
       }
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
-      // The portable kernel, the AVX-512 one on f32, the AVX-512 one on f16 bits.
+      // The portable kernel, the level's on f32, the level's on f16 bits where it reads them.
+      const bool reads_f16 = kernels::attention_reads_f16_at_level(level, c.head_size);
+      const int variants = reads_f16 ? 3 : 2;
       std::vector<float> results[3][3];
-      const kernels::KernelLevel levels[2] = {kernels::KernelLevel::kReference,
-                                               kernels::KernelLevel::kAvx512};
-      for (int l = 0; l < 3; ++l) {
+      const kernels::KernelLevel levels[2] = {kernels::KernelLevel::kReference, level};
+      for (int l = 0; l < variants; ++l) {
         std::vector<float> max1 = max0, sum1 = sum0, acc1 = acc0;
         // Scores: exactly the visible part of each row is the kernel's to use; the rows are
         // packed with a stride of `span`, and nothing beyond the last row may be written.
@@ -226,8 +232,8 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
               visible.data(), keys_by_dimension.data(), key_stride, values.data(), scores.data(),
               c.span, max1.data(), sum1.data(), acc1.data());
         } else {
-          kernels::avx512::attention_span_update_f16(
-              queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+          kernels::attention_span_update_f16_at_level(
+              level, queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
               visible.data(), key_groups.data(), group_positions, value_groups.data(),
               scores.data(), c.span, max1.data(), sum1.data(), acc1.data());
         }
@@ -239,7 +245,7 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
                                 std::to_string(c.group) + " head " + std::to_string(c.head_size) +
                                 " span " + std::to_string(c.span) + " pattern " +
                                 std::to_string(pattern);
-      for (int l = 1; l < 3; ++l) {
+      for (int l = 1; l < variants; ++l) {
         for (int part = 0; part < 3; ++part) {
           ASSERT_EQ(results[0][part].size(), results[l][part].size());
           EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[l][part].data(),
@@ -248,10 +254,20 @@ TEST(AttentionKernelTest, Avx512KernelMatchesPortableBitForBit) {
         }
       }
       ++checked;
+      checked_f16 += reads_f16;
     }
   }
   EXPECT_EQ(checked, 36);
+  // Every head size at AVX-512; at AVX2 the multiples of 8 (all but 14 and 60).
+  EXPECT_EQ(checked_f16, level == kernels::KernelLevel::kAvx512 ? 36 : 30);
 }
+
+INSTANTIATE_TEST_SUITE_P(Levels, AttentionLevelTest,
+                         testing::Values(kernels::KernelLevel::kAvx2,
+                                         kernels::KernelLevel::kAvx512),
+                         [](const testing::TestParamInfo<kernels::KernelLevel>& info) {
+                           return std::string(kernels::kernel_level_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tachyon

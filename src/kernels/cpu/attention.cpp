@@ -207,7 +207,8 @@ TACHYON_INLINE void span_rows(const float* queries, int64_t token_stride, int gr
 }
 
 // The plain-loop kernel, which the compiler vectorises for each level (below): AVX2 machines
-// run it compiled for AVX2 + FMA, as do head sizes the AVX-512 kernel does not take.
+// run it compiled for AVX2 + FMA where their hand-written kernel does not take the head size,
+// as AVX-512 machines do.
 __attribute__((always_inline)) inline void span_update_body(
     const float* queries, int64_t token_stride, int num_tokens, int group, int head_size,
     float scale, const int* visible, const float* keys_by_dimension, int64_t key_stride,
@@ -261,6 +262,9 @@ void attention_span_update_at_level(KernelLevel level, const float* queries, int
       }
       return span_update_avx512 TACHYON_SPAN_UPDATE_ARGS;
     case KernelLevel::kAvx2:
+      if (avx2::attention_span_update_supports(head_size)) {
+        return avx2::attention_span_update TACHYON_SPAN_UPDATE_ARGS;
+      }
       return span_update_avx2 TACHYON_SPAN_UPDATE_ARGS;
     case KernelLevel::kReference:
       break;
@@ -279,9 +283,39 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                                  score_stride, running_max, running_sum, accumulator);
 }
 
+bool attention_reads_f16_at_level(KernelLevel level, int head_size) {
+  switch (level) {
+    case KernelLevel::kAvx512:
+      return avx512::attention_span_update_supports(head_size);
+    case KernelLevel::kAvx2:
+      return avx2::attention_span_update_supports(head_size);
+    case KernelLevel::kReference:
+      break;
+  }
+  return false;
+}
+
 bool attention_reads_f16(int head_size) {
-  static const bool avx512 = active_kernel_level() == KernelLevel::kAvx512;
-  return avx512 && avx512::attention_span_update_supports(head_size);
+  static const KernelLevel level = active_kernel_level();
+  return attention_reads_f16_at_level(level, head_size);
+}
+
+#define TACHYON_SPAN_UPDATE_F16_ARGS                                                    \
+  (queries, token_stride, num_tokens, group, head_size, scale, visible, key_groups,     \
+   key_stride, value_groups, scores, score_stride, running_max, running_sum, accumulator)
+void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
+                                        int64_t token_stride, int num_tokens, int group,
+                                        int head_size, float scale, const int* visible,
+                                        const uint16_t* const* key_groups, int64_t key_stride,
+                                        const uint16_t* const* value_groups, float* scores,
+                                        int64_t score_stride, float* running_max,
+                                        float* running_sum, float* accumulator) {
+  TACHYON_CHECK(kernel_level_available(level) && attention_reads_f16_at_level(level, head_size));
+  note_family_level(KernelFamily::kAttention, level);
+  if (level == KernelLevel::kAvx512) {
+    return avx512::attention_span_update_f16 TACHYON_SPAN_UPDATE_F16_ARGS;
+  }
+  avx2::attention_span_update_f16 TACHYON_SPAN_UPDATE_F16_ARGS;
 }
 
 void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
@@ -290,11 +324,10 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                const uint16_t* const* value_groups, float* scores,
                                int64_t score_stride, float* running_max, float* running_sum,
                                float* accumulator) {
-  TACHYON_CHECK(attention_reads_f16(head_size));
-  note_family_level(KernelFamily::kAttention, KernelLevel::kAvx512);
-  avx512::attention_span_update_f16(queries, token_stride, num_tokens, group, head_size, scale,
-                                    visible, key_groups, key_stride, value_groups, scores,
-                                    score_stride, running_max, running_sum, accumulator);
+  static const KernelLevel level = active_kernel_level();
+  attention_span_update_f16_at_level(level, queries, token_stride, num_tokens, group, head_size,
+                                     scale, visible, key_groups, key_stride, value_groups, scores,
+                                     score_stride, running_max, running_sum, accumulator);
 }
 
 void attention_block_update(const float* queries, int group, int head_size, float scale,

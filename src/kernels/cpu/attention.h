@@ -1,7 +1,7 @@
 // The inner step of attention: queries against a block of a KV head's keys and values, with an
-// online softmax. An AVX-512 kernel with register tiles (cpu/avx512/attention_avx512.cpp) and a
-// portable one compiled for AVX-512, AVX2 and plain x86-64, the best chosen at load time; all
-// give the same bits (attention_kernels.h). kernels/reference/attention.h is the oracle.
+// online softmax. AVX-512 and AVX2 kernels with register tiles (cpu/avx512/, cpu/avx2/) and a
+// portable one compiled for AVX-512, AVX2 and plain x86-64, the active level's chosen at load
+// time; all give the same bits (attention_kernels.h). kernels/reference/attention.h is the oracle.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,9 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
 // span's positions in groups of kAttentionGroupPositions, each group anywhere:
 //   key_groups[g]:   f16 [head_size, key_stride]: dimension d of the group's positions
 //   value_groups[g]: f16 [kAttentionGroupPositions, head_size]
-// Only where attention_reads_f16(head_size) holds (the AVX-512 kernel); elsewhere callers
+// Only where attention_reads_f16(head_size) holds (the AVX-512 and AVX2 kernels: every head
+// size up to 1024 at AVX-512, multiples of 8 at AVX2; f16 keys may be read past the span's
+// positions within a group, so each group must have room for all 16); elsewhere callers
 // widen and call attention_span_update.
 inline constexpr int kAttentionGroupPositions = 16;
 bool attention_reads_f16(int head_size);

@@ -1,0 +1,368 @@
+// AVX2 + FMA + F16C build of attention_span_update: the arithmetic of the portable kernel in
+// ../attention.cpp (every score a fused multiply-add chain over the head's dimensions in order,
+// the same exp, 16 lane sums combined as a tree, the same rescaling), so each row's result is
+// the same bits at every level, with register tiles sized for AVX2's 16 vector registers:
+// 4 query rows x 24 positions of scores, or 4 rows x 24 output dimensions, per pass (12
+// accumulators, 3 loaded vectors and a broadcast). Each key or value vector loaded serves 4 rows.
+// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
+// bits widened as they are loaded (exactly, so the same bits as widening them first).
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/fast_exp.h"
+
+namespace tachyon::kernels::avx2 {
+namespace {
+
+constexpr int kLanes = 8;
+// The portable kernel's softmax sums positions in 16 lanes (p in lane p % 16): two vectors.
+constexpr int kSumLanes = 16;
+static_assert(kSumLanes == kAttentionGroupPositions, "a group of positions is two vectors");
+constexpr int kRowTile = 4;     // query rows per register tile
+constexpr int kVectorTile = 3;  // vectors (of positions or of dimensions) per register tile
+// Widest head the pre-scaled query copy holds; wider heads take the portable kernel.
+constexpr int kMaxHeadSize = 1024;
+
+#define TACHYON_INLINE inline __attribute__((always_inline))
+
+// Where a span's keys and values are:
+//   key_vector(p): dimension 0 of positions [p, p + 8) (p a multiple of 8), dimension d
+//                  key_stride elements on;
+//   value_row(p):  position p's head_size values.
+// Contiguous f32 (widened spans), or f16 groups of 16 positions anywhere (an f16 cache's
+// blocks, in place). f16 keys are read 8 at a time without a mask (AVX2 has no masked 16-bit
+// load): a group always holds room for its 16 positions (key_stride >= 16), and lanes past the
+// span's positions are never stored.
+struct ContiguousF32 {
+  using Element = float;
+  const float* keys;  // f32 [head_size, key_stride]
+  int64_t key_stride;
+  const float* values;  // f32 [positions, head_size]
+  int head_size;
+  const float* key_vector(int p) const { return keys + p; }
+  const float* value_row(int p) const { return values + static_cast<int64_t>(p) * head_size; }
+};
+struct GroupedF16 {
+  using Element = uint16_t;
+  const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
+  int64_t key_stride;
+  const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
+  int head_size;
+  const uint16_t* key_vector(int p) const { return key_groups[p / kSumLanes] + p % kSumLanes; }
+  const uint16_t* value_row(int p) const {
+    return value_groups[p / kSumLanes] + static_cast<int64_t>(p % kSumLanes) * head_size;
+  }
+};
+
+// All-ones in lanes [0, count) of a vector (count may be <= 0 or > 8).
+TACHYON_INLINE __m256i first_lanes(int count) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lane);
+}
+
+// 8 keys: f32 lanes outside `mask` read as 0; f16 lanes all read (see GroupedF16).
+TACHYON_INLINE __m256 load_keys(__m256i mask, const float* p) {
+  return _mm256_maskload_ps(p, mask);
+}
+TACHYON_INLINE __m256 load_keys(__m256i, const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// 8 whole values (head sizes are multiples of 8 here).
+TACHYON_INLINE __m256 load_values(const float* p) { return _mm256_loadu_ps(p); }
+TACHYON_INLINE __m256 load_values(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// exp_nonpositive_fused (fast_exp.h) on 8 lanes: the same operations, each rounded alike.
+TACHYON_INLINE __m256 exp_nonpositive(__m256 x) {
+  const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  // x > 0 ? 0 : x, keeping x's sign of zero as the scalar code does; NaN and x < -87 take -87.
+  const __m256 clamped =
+      _mm256_blendv_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_setzero_ps(), x), in_range);
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 n =
+      _mm256_sub_ps(_mm256_fmadd_ps(clamped, _mm256_set1_ps(1.44269504088896341f), magic), magic);
+  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f),
+                                   _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), clamped));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i exponent = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
+  const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(exponent, 23));
+  return _mm256_and_ps(in_range, _mm256_mul_ps(p, scale));
+}
+
+// The 16 lanes (low: lanes 0-7, high: 8-15) summed as a tree (lane j + lane j + width, width
+// 8, 4, 2, 1), as the portable kernel sums them.
+TACHYON_INLINE float sum_lanes(__m256 low, __m256 high) {
+  const __m256 v8 = _mm256_add_ps(low, high);
+  const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+  const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+  return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+TACHYON_INLINE float max_lanes(__m256 v) {
+  const __m128 v4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 v2 = _mm_max_ps(v4, _mm_movehl_ps(v4, v4));
+  return _mm_cvtss_f32(_mm_max_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+// scores[r][p] = sum_d q[r][d] * k[d][p] (q already scaled) for the kVectors vectors of
+// positions from p0, written only below `positions`.
+// p0 is a multiple of 8; every vector has at least one position below `positions`.
+template <int kRows, int kVectors, typename Source>
+TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& source, int p0,
+                               int positions, float* const* scores) {
+  __m256i mask[kVectors];
+  for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(positions - p0 - j * kLanes);
+  __m256 acc[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  const typename Source::Element* k[kVectors];
+  for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 + j * kLanes);
+  for (int d = 0; d < head_size; ++d) {
+    __m256 key[kVectors];
+    for (int j = 0; j < kVectors; ++j) {
+      key[j] = load_keys(mask[j], k[j]);
+      k[j] += source.key_stride;
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 qd = _mm256_broadcast_ss(q + r * head_size + d);
+      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_fmadd_ps(qd, key[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) {
+      _mm256_maskstore_ps(scores[r] + p0 + j * kLanes, mask[j], acc[r][j]);
+    }
+  }
+}
+
+template <int kRows, typename Source>
+TACHYON_INLINE void tile_scores(const float* q, int head_size, const Source& source,
+                                int positions, float* const* scores) {
+  // Whole tiles while more than kVectorTile - 1 vectors remain (the last one masked), then
+  // one narrower tile.
+  constexpr int kWide = kVectorTile * kLanes;
+  int p0 = 0;
+  for (; positions - p0 > kWide - kLanes; p0 += kWide) {
+    score_tile<kRows, kVectorTile>(q, head_size, source, p0, positions, scores);
+  }
+  switch ((positions - p0 + kLanes - 1) / kLanes) {
+    case 1:
+      return score_tile<kRows, 1>(q, head_size, source, p0, positions, scores);
+    case 2:
+      return score_tile<kRows, 2>(q, head_size, source, p0, positions, scores);
+    default:
+      return;
+  }
+}
+
+// The portable kernel's softmax_step: the row's first `visible` scores become
+// exp(score - new max), summed lane by lane (position p in lane p % 16, lanes 0-7 in `low`,
+// 8-15 in `high`) and the lanes then as a tree; returns the factor that rescales what was
+// accumulated before.
+TACHYON_INLINE float softmax_step(float* row, int visible, float& running_max, float& running_sum) {
+  const __m256 minus_infinity = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 lane_max = minus_infinity;
+  int p = 0;
+  for (; p + kLanes <= visible; p += kLanes)
+    lane_max = _mm256_max_ps(lane_max, _mm256_loadu_ps(row + p));
+  const __m256i tail = first_lanes(visible - p);
+  lane_max = _mm256_max_ps(lane_max, _mm256_blendv_ps(minus_infinity, _mm256_maskload_ps(row + p, tail),
+                                                      _mm256_castsi256_ps(tail)));
+  const float new_max = std::max(running_max, max_lanes(lane_max));
+  const float correction = kernels::exp_nonpositive_fused(running_max - new_max);
+  const __m256 shift = _mm256_set1_ps(new_max);
+  // Weights of positions [at, at + 8), lanes from `count` on weighing 0 (which leaves their
+  // sums as they were), stored over the scores.
+  auto weigh = [&](int at, int count) {
+    if (count >= kLanes) {
+      const __m256 weight = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + at), shift));
+      _mm256_storeu_ps(row + at, weight);
+      return weight;
+    }
+    const __m256i mask = first_lanes(count);
+    const __m256 weight =
+        _mm256_and_ps(_mm256_castsi256_ps(mask),
+                      exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(row + at, mask), shift)));
+    _mm256_maskstore_ps(row + at, mask, weight);
+    return weight;
+  };
+  __m256 low_sum = _mm256_setzero_ps();   // lanes 0-7
+  __m256 high_sum = _mm256_setzero_ps();  // lanes 8-15
+  for (p = 0; p + kSumLanes <= visible; p += kSumLanes) {
+    low_sum = _mm256_add_ps(low_sum, weigh(p, kLanes));
+    high_sum = _mm256_add_ps(high_sum, weigh(p + kLanes, kLanes));
+  }
+  if (p < visible) low_sum = _mm256_add_ps(low_sum, weigh(p, visible - p));
+  if (p + kLanes < visible) high_sum = _mm256_add_ps(high_sum, weigh(p + kLanes, visible - p - kLanes));
+  running_sum = running_sum * correction + sum_lanes(low_sum, high_sum);
+  running_max = new_max;
+  return correction;
+}
+
+// acc[r][d] = acc[r][d] * correction[r] + sum_p weights[r][p] * v[p][d] over p < visible[r],
+// positions added in order, for the kVectors vectors of dimensions from d0.
+template <int kRows, int kVectors, typename Source>
+TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, int common, int most,
+                                    const float* correction, const Source& source, int d0,
+                                    float* const* acc) {
+  __m256 slice[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    const __m256 factor = _mm256_set1_ps(correction[r]);
+    for (int j = 0; j < kVectors; ++j) {
+      slice[r][j] = _mm256_mul_ps(_mm256_loadu_ps(acc[r] + d0 + j * kLanes), factor);
+    }
+  }
+  int p = 0;
+  for (; p < common; ++p) {  // every row of the tile sees p
+    const typename Source::Element* v = source.value_row(p) + d0;
+    __m256 value[kVectors];
+    for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 weight = _mm256_broadcast_ss(weights[r] + p);
+      for (int j = 0; j < kVectors; ++j)
+        slice[r][j] = _mm256_fmadd_ps(weight, value[j], slice[r][j]);
+    }
+  }
+  for (; p < most; ++p) {  // only the rows that see this far
+    const typename Source::Element* v = source.value_row(p) + d0;
+    __m256 value[kVectors];
+    for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      if (p >= visible[r]) continue;
+      const __m256 weight = _mm256_broadcast_ss(weights[r] + p);
+      for (int j = 0; j < kVectors; ++j)
+        slice[r][j] = _mm256_fmadd_ps(weight, value[j], slice[r][j]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) _mm256_storeu_ps(acc[r] + d0 + j * kLanes, slice[r][j]);
+  }
+}
+
+template <int kRows, typename Source>
+TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
+                                    const float* correction, int head_size, const Source& source,
+                                    float* const* acc) {
+  int common = visible[0];
+  int most = visible[0];
+  for (int r = 1; r < kRows; ++r) {
+    common = std::min(common, visible[r]);
+    most = std::max(most, visible[r]);
+  }
+  constexpr int kWide = kVectorTile * kLanes;
+  int d0 = 0;
+  for (; d0 + kWide <= head_size; d0 += kWide) {
+    accumulate_tile<kRows, kVectorTile>(weights, visible, common, most, correction, source, d0,
+                                        acc);
+  }
+  switch ((head_size - d0) / kLanes) {
+    case 1:
+      return accumulate_tile<kRows, 1>(weights, visible, common, most, correction, source, d0,
+                                       acc);
+    case 2:
+      return accumulate_tile<kRows, 2>(weights, visible, common, most, correction, source, d0,
+                                       acc);
+    default:
+      return;
+  }
+}
+
+// Rows [first, first + kRows) of a span update (row = token * group + head).
+template <int kRows, typename Source>
+void span_rows(const float* queries, int64_t token_stride, int group, int head_size, float scale,
+               const int* visible, int first, const Source& source, float* scores,
+               int64_t score_stride, float* running_max, float* running_sum, float* accumulator) {
+  alignas(32) float scaled[kRows * kMaxHeadSize];  // the rows' queries times scale
+  float* row_scores[kRows];
+  float* acc[kRows];
+  int row_visible[kRows];
+  int most = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int row = first + r;
+    const float* q = queries + (row / group) * token_stride + (row % group) * head_size;
+    for (int d = 0; d < head_size; ++d) scaled[r * head_size + d] = q[d] * scale;
+    row_scores[r] = scores + row * score_stride;
+    acc[r] = accumulator + static_cast<int64_t>(row) * head_size;
+    row_visible[r] = visible[row / group];
+    most = std::max(most, row_visible[r]);
+  }
+  tile_scores<kRows>(scaled, head_size, source, most, row_scores);
+  float correction[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    // A row that sees none of this span keeps its state (correction 1, nothing added).
+    correction[r] = row_visible[r] == 0
+                        ? 1.0f
+                        : softmax_step(row_scores[r], row_visible[r], running_max[first + r],
+                                       running_sum[first + r]);
+  }
+  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, source, acc);
+}
+
+template <typename Source>
+void span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                 int head_size, float scale, const int* visible, const Source& source,
+                 float* scores, int64_t score_stride, float* running_max, float* running_sum,
+                 float* accumulator) {
+  const int rows = num_tokens * group;
+  int first = 0;
+  for (; first + kRowTile <= rows; first += kRowTile) {
+    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first, source,
+                        scores, score_stride, running_max, running_sum, accumulator);
+  }
+  // The last rows, as one narrower tile.
+  switch (rows - first) {
+    case 1:
+      return span_rows<1>(queries, token_stride, group, head_size, scale, visible, first, source,
+                          scores, score_stride, running_max, running_sum, accumulator);
+    case 2:
+      return span_rows<2>(queries, token_stride, group, head_size, scale, visible, first, source,
+                          scores, score_stride, running_max, running_sum, accumulator);
+    case 3:
+      return span_rows<3>(queries, token_stride, group, head_size, scale, visible, first, source,
+                          scores, score_stride, running_max, running_sum, accumulator);
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+bool attention_span_update_supports(int head_size) {
+  return head_size > 0 && head_size <= kMaxHeadSize && head_size % kLanes == 0;
+}
+
+void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
+                           int head_size, float scale, const int* visible,
+                           const float* keys_by_dimension, int64_t key_stride, const float* values,
+                           float* scores, int64_t score_stride, float* running_max,
+                           float* running_sum, float* accumulator) {
+  const ContiguousF32 source{keys_by_dimension, key_stride, values, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
+}
+
+void attention_span_update_f16(const float* queries, int64_t token_stride, int num_tokens,
+                               int group, int head_size, float scale, const int* visible,
+                               const uint16_t* const* key_groups, int64_t key_stride,
+                               const uint16_t* const* value_groups, float* scores,
+                               int64_t score_stride, float* running_max, float* running_sum,
+                               float* accumulator) {
+  const GroupedF16 source{key_groups, key_stride, value_groups, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
+}
+
+}  // namespace tachyon::kernels::avx2
