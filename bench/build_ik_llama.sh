@@ -3,7 +3,7 @@
 # through its PyPI binding's ctypes API) from the pinned ik-llama-cpp-python source
 # distribution (tools/requirements-ikllama.txt), without pip: the sdist's own install fails on
 # git metadata it lacks. Nothing of it is copied into tachyon; it lands in .peers/ (ignored by
-# git). Compile jobs at nice 19, JOBS=2 unless set: ~35 min on 2 cores. Prints the library's
+# git). Compile jobs at nice 19, JOBS=2 unless set: ~5 min on 2 cores. Prints the library's
 # path; run the bench with
 #   IK_LLAMA_CPP_LIB_PATH=<that path> PYTHONPATH=.peers/ik/src python3 bench/ikllama_bench.py
 # (bench/compare_cpu_peers.py does this itself).
