@@ -93,6 +93,11 @@ def main() -> int:
             weight_map[name] = shard
             total += array.nbytes
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4,
+              "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "vocab_size": 6, "rms_norm_eps": 1e-5,
+              "torch_dtype": "float32"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     if len(sys.argv) > 3 and sys.argv[2] == "--seeds":
         seeds = Path(sys.argv[3])
