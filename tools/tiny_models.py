@@ -32,6 +32,7 @@ and FFN projections) is F16; norms, biases and rope_freqs stay F32. `general.fil
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -445,6 +446,47 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def hf_config_json(config: TinyConfig, dtype: str) -> dict:
+    """config.json as transformers writes it for this model's architecture."""
+    model_type = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[config.arch]
+    architecture = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                    "qwen3": "Qwen3ForCausalLM"}[config.arch]
+    out = {"architectures": [architecture], "model_type": model_type,
+           "hidden_size": config.hidden_size, "intermediate_size": config.ffn_size,
+           "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
+           "num_key_value_heads": config.num_kv_heads, "head_dim": config.head_size,
+           "vocab_size": config.vocab_size, "rms_norm_eps": config.rms_eps,
+           "rope_theta": config.rope_theta, "max_position_embeddings": config.context_length,
+           "tie_word_embeddings": config.tied_embeddings, "hidden_act": "silu",
+           "torch_dtype": "float16" if dtype == "f16" else "float32"}
+    if config.rope_scaling:
+        out["rope_scaling"] = dict(config.rope_scaling)
+    return out
+
+
+def write_hf_folder(name: str, dtype: str, path: str | Path) -> Path:
+    """Writes tiny model `name` as a Hugging Face folder (config.json + model.safetensors, written
+    by the PyPI safetensors package): the same weights as write_model's GGUF, unpermuted, and
+    for "f16" the 2-D matrices stored as F16 (as in the F16 GGUF)."""
+    from safetensors.numpy import save_file  # only this function needs it
+
+    config = get_config(name)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for hf_name, array in hf_weights(config, "f32").items():
+        if dtype == "f16" and array.ndim == 2:
+            array = array.astype(np.float16)
+        tensors[hf_name] = np.ascontiguousarray(array)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(hf_config_json(config, dtype), indent=2) + "\n")
+    return path
+
+
+def hf_folder_name(name: str, dtype: str) -> str:
+    return f"{name}.{dtype}.hf"
 
 
 def main() -> None:

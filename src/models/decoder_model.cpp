@@ -18,6 +18,12 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file) {
   return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
 }
 
+Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& checkpoint) {
+  TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_hf_checkpoint(checkpoint));
+  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(checkpoint, config));
+  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
+}
+
 DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),

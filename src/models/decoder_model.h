@@ -32,6 +32,8 @@ class DecoderModel {
  public:
   // The model reads its weights from `file`, which must outlive it.
   static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file);
+  // From a Hugging Face folder (config.json + safetensors).
+  static Result<std::unique_ptr<DecoderModel>> load(const HfCheckpoint& checkpoint);
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }

@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
 
 #include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
@@ -12,23 +15,37 @@
 namespace tachyon {
 namespace {
 
+// A tensor as the loader takes it, whichever file it comes from: dimensions in ggml's order
+// (shape[0] is the contiguous one), bytes in the file or in a converted copy.
+struct TensorView {
+  std::string name;  // as the file names it, for messages
+  DType type = DType::kF32;
+  std::vector<int64_t> shape;
+  int64_t num_elements = 0;
+  const uint8_t* data = nullptr;
+};
+// Finds a tensor by its GGUF name: nothing when the file lacks it, an error when it has it in
+// a form tachyon cannot use.
+using TensorLookup = std::function<Result<std::optional<TensorView>>(const std::string&)>;
+
 class TensorLoader {
  public:
-  TensorLoader(const GgufFile& file, DecoderWeights& weights) : file_(file), weights_(weights) {}
+  TensorLoader(TensorLookup lookup, DecoderWeights& weights)
+      : lookup_(std::move(lookup)), weights_(weights) {}
 
   // A matrix with GGUF shape [cols, rows].
   Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols) {
-    TACHYON_ASSIGN_OR_RETURN(const GgufTensorInfo* tensor, find(name));
-    if (tensor->shape.size() != 2 || tensor->shape[0] != cols || tensor->shape[1] != rows) {
-      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", name,
-                                      fmt::join(tensor->shape, ", "), cols, rows));
+    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
+    if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
+                                      fmt::join(tensor.shape, ", "), cols, rows));
     }
-    if (!kernels::matmul_supports(tensor->type)) {
+    if (!kernels::matmul_supports(tensor.type)) {
       return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
                                      "yet",
-                                     name, dtype_name(tensor->type)));
+                                     tensor.name, dtype_name(tensor.type)));
     }
-    kernels::WeightMatrix w{tensor->type, tensor->data, rows, cols};
+    kernels::WeightMatrix w{tensor.type, tensor.data, rows, cols};
     // Copied once into huge pages (HugePageArena: every token streams these), repacked on the
     // way where the SIMD kernels have a layout for the type (TACHYON_NO_REPACK=1 keeps the
     // file's layout, to compare). A repacked matrix's `data` stays the file's (the reference
@@ -49,40 +66,142 @@ class TensorLoader {
 
   // A vector of `size` values as f32 (converted once when stored in another type).
   Result<const float*> vector(const std::string& name, int64_t size) {
-    TACHYON_ASSIGN_OR_RETURN(const GgufTensorInfo* tensor, find(name));
-    if (static_cast<int64_t>(tensor->num_elements) != size || tensor->shape.size() != 1) {
-      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}]", name,
-                                      fmt::join(tensor->shape, ", "), size));
+    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
+    if (tensor.num_elements != size || tensor.shape.size() != 1) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}]", tensor.name,
+                                      fmt::join(tensor.shape, ", "), size));
     }
-    if (tensor->type == DType::kF32) return reinterpret_cast<const float*>(tensor->data);
+    if (tensor.type == DType::kF32) return reinterpret_cast<const float*>(tensor.data);
     auto converted = std::make_unique<std::vector<float>>(size);
-    Status status = reference::dequantize(tensor->type, tensor->data, converted->data(), size);
+    Status status = reference::dequantize(tensor.type, tensor.data, converted->data(), size);
     if (!status.ok()) {
-      return Status(status.code(), fmt::format("tensor '{}': {}", name, status.message()));
+      return Status(status.code(), fmt::format("tensor '{}': {}", tensor.name, status.message()));
     }
     const float* data = converted->data();
     weights_.converted_vectors.push_back(std::move(converted));
     return data;
   }
 
-  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
-
  private:
-  Result<const GgufTensorInfo*> find(const std::string& name) const {
-    const GgufTensorInfo* tensor = file_.find_tensor(name);
+  Result<TensorView> find(const std::string& name) const {
+    TACHYON_ASSIGN_OR_RETURN(std::optional<TensorView> tensor, lookup_(name));
     if (!tensor) return corrupt_data(fmt::format("tensor '{}' is missing", name));
-    return tensor;
+    return std::move(*tensor);
   }
 
-  const GgufFile& file_;
+  TensorLookup lookup_;
   DecoderWeights& weights_;
 };
 
-}  // namespace
+// GGUF: the names are the loader's.
+TensorLookup gguf_lookup(const GgufFile& file) {
+  return [&file](const std::string& name) -> Result<std::optional<TensorView>> {
+    const GgufTensorInfo* tensor = file.find_tensor(name);
+    if (tensor == nullptr) return std::optional<TensorView>();
+    return std::optional<TensorView>(TensorView{tensor->name, tensor->type, tensor->shape,
+                                                static_cast<int64_t>(tensor->num_elements),
+                                                tensor->data});
+  };
+}
 
-Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config) {
-  DecoderWeights weights;
-  TensorLoader load(file, weights);
+// The Hugging Face parameter name for a GGUF tensor name, or empty.
+std::string hf_tensor_name(const std::string& gguf_name) {
+  static const std::map<std::string, std::string, std::less<>> kGlobal = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string, std::less<>> kLayer = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (auto it = kGlobal.find(gguf_name); it != kGlobal.end()) return it->second;
+  // blk.N.rest -> model.layers.N.<rest's name>
+  const size_t dot = gguf_name.find('.', 4);
+  if (gguf_name.rfind("blk.", 0) != 0 || dot == std::string::npos) return "";
+  auto it = kLayer.find(std::string_view(gguf_name).substr(dot + 1));
+  if (it == kLayer.end()) return "";
+  return "model.layers." + gguf_name.substr(4, dot - 4) + "." + it->second;
+}
+
+// Hugging Face: the names mapped, dimensions reversed (row-major [out, in] is ggml's [in, out]),
+// and for the llama layout the Q/K rows of each head interleaved as llama.cpp's converter
+// stores them (HF rotates dimension j with j + D/2, the llama layout adjacent pairs), in a copy
+// kept by `weights`: the same bytes as the GGUF file of the same weights, so the same logits.
+TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config,
+                       DecoderWeights& weights) {
+  return [&checkpoint, &config, &weights](
+             const std::string& name) -> Result<std::optional<TensorView>> {
+    if (name == "rope_freqs.weight") {  // llama3 scaling: computed from config.json
+      TACHYON_ASSIGN_OR_RETURN(std::vector<float> factors,
+                               llama3_frequency_factors(checkpoint, config));
+      auto stored = std::make_unique<std::vector<float>>(std::move(factors));
+      TensorView view{"rope_scaling (config.json)", DType::kF32,
+                      {static_cast<int64_t>(stored->size())},
+                      static_cast<int64_t>(stored->size()),
+                      reinterpret_cast<const uint8_t*>(stored->data())};
+      weights.converted_vectors.push_back(std::move(stored));
+      return std::optional<TensorView>(view);
+    }
+    const std::string hf_name = hf_tensor_name(name);
+    if (hf_name.empty()) return std::optional<TensorView>();
+    const SafetensorsTensor* tensor = checkpoint.find_tensor(hf_name);
+    if (tensor == nullptr) {
+      return corrupt_data(fmt::format("tensor '{}' is missing from {}", hf_name, checkpoint.dir()));
+    }
+    TensorView view{hf_name, DType::kF32, {tensor->shape.rbegin(), tensor->shape.rend()},
+                    static_cast<int64_t>(tensor->num_elements), tensor->data};
+    switch (tensor->dtype) {
+      case SafetensorsDType::kF32: view.type = DType::kF32; break;
+      case SafetensorsDType::kF16: view.type = DType::kF16; break;
+      case SafetensorsDType::kBF16: view.type = DType::kBF16; break;
+      default:
+        return unsupported(fmt::format("tensor '{}' in {} is {}; tachyon loads F32, F16 and BF16 "
+                                       "tensors from safetensors",
+                                       hf_name, checkpoint.shard_of(hf_name),
+                                       safetensors_dtype_name(tensor->dtype)));
+    }
+    const bool query = name.ends_with("attn_q.weight");
+    if (config.rope.layout == RopeLayout::kAdjacentPairs &&
+        (query || name.ends_with("attn_k.weight")) && view.shape.size() == 2) {
+      const int heads = query ? config.num_heads : config.num_kv_heads;
+      const int64_t rows = view.shape[1];
+      if (rows % (2 * heads) != 0) {
+        return corrupt_data(fmt::format("tensor '{}' has {} rows, not {} heads of pairs", hf_name,
+                                        rows, heads));
+      }
+      const int64_t head = rows / heads;
+      const size_t row_bytes = rows == 0 ? 0 : (tensor->end - tensor->begin) / rows;
+      auto copy = std::make_unique<std::vector<uint8_t>>(tensor->end - tensor->begin);
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t j = 0; j < head / 2; ++j) {
+          for (int64_t half = 0; half < 2; ++half) {
+            const int64_t from = h * head + half * (head / 2) + j;  // HF row
+            const int64_t to = h * head + 2 * j + half;             // GGUF row
+            std::memcpy(copy->data() + to * row_bytes, tensor->data + from * row_bytes, row_bytes);
+          }
+        }
+      }
+      view.data = copy->data();
+      weights.converted_bytes.push_back(std::move(copy));
+    }
+    return std::optional<TensorView>(view);
+  };
+}
+
+// The tensors of `config`'s decoder, by GGUF name.
+Status load_tensors(const TensorLookup& lookup, const ModelConfig& config, DecoderWeights& weights) {
+  TensorLoader load(lookup, weights);
   const int64_t hidden = config.hidden_size;
   TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
                            load.matrix("token_embd.weight", config.vocab_size, hidden));
@@ -125,6 +244,21 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
     weights.layers.push_back(layer);
   }
   weights.set_decode_prefetch();
+  return Status();
+}
+
+}  // namespace
+
+Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config) {
+  DecoderWeights weights;
+  TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, weights));
+  return weights;
+}
+
+Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
+                                            const ModelConfig& config) {
+  DecoderWeights weights;
+  TACHYON_RETURN_IF_ERROR(load_tensors(hf_lookup(checkpoint, config, weights), config, weights));
   return weights;
 }
 

@@ -1,5 +1,5 @@
-// The tensors of a Llama-family decoder, found by their GGUF names and checked against the
-// config. Matrices stay in their stored type, pointing into the mapped file.
+// The tensors of a Llama-family decoder, found by their GGUF names (or the Hugging Face names
+// they map to) and checked against the config. Matrices stay in their stored type.
 #pragma once
 
 #include <memory>
@@ -8,6 +8,7 @@
 #include "core/huge_page_arena.h"
 #include "kernels/cpu/matmul.h"
 #include "model_files/gguf_file.h"
+#include "model_files/hf_checkpoint.h"
 #include "models/model_config.h"
 
 namespace tachyon {
@@ -37,12 +38,17 @@ struct DecoderWeights {
   std::vector<LayerWeights> layers;
 
   static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config);
+  // From a Hugging Face folder's safetensors (F32/F16/BF16): the same matrices as the GGUF file
+  // llama.cpp's converter writes from it (the llama layout's Q/K rows interleaved per head).
+  static Result<DecoderWeights> load(const HfCheckpoint& checkpoint, const ModelConfig& config);
   // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
   // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
   void set_decode_prefetch();
 
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
+  // Matrices rearranged at load (Hugging Face Q/K rows for the llama layout), before copying.
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> converted_bytes;
   // The matrices' working copies, repacked for the SIMD kernels where they have a layout
   // (WeightMatrix::packed) or as stored (WeightMatrix::data).
   std::unique_ptr<HugePageArena> arena = std::make_unique<HugePageArena>();

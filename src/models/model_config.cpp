@@ -52,22 +52,26 @@ class MetadataReader {
 
 }  // namespace
 
+Status ModelConfig::set_architecture_traits() {
+  for (const ArchitectureTraits& traits : kArchitectures) {
+    if (architecture == traits.name) {
+      rope.layout = traits.rope_layout;
+      qkv_bias = traits.qkv_bias;
+      qk_norm = traits.qk_norm;
+      return Status();
+    }
+  }
+  return unsupported(fmt::format("architecture '{}' is not supported; supported: llama, qwen2, "
+                                 "qwen3",
+                                 architecture));
+}
+
 Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig config;
   const std::optional<std::string> architecture = file.get_string("general.architecture");
   if (!architecture) return corrupt_data("model metadata 'general.architecture' is missing");
   config.architecture = *architecture;
-  const ArchitectureTraits* traits = nullptr;
-  for (const ArchitectureTraits& candidate : kArchitectures) {
-    if (config.architecture == candidate.name) traits = &candidate;
-  }
-  if (!traits) {
-    return unsupported(fmt::format("architecture '{}' is not supported; supported: llama, qwen2, "
-                                   "qwen3",
-                                   config.architecture));
-  }
-  config.qkv_bias = traits->qkv_bias;
-  config.qk_norm = traits->qk_norm;
+  TACHYON_RETURN_IF_ERROR(config.set_architecture_traits());
 
   const MetadataReader meta(file, config.architecture + ".");
   TACHYON_ASSIGN_OR_RETURN(config.num_layers, meta.positive("block_count", 4096));
@@ -104,7 +108,6 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
       static_cast<float>(meta.optional_float("attention.layer_norm_rms_epsilon").value_or(1e-5));
 
   RopeConfig& rope = config.rope;
-  rope.layout = traits->rope_layout;
   rope.dimensions = static_cast<int>(meta.optional_uint("rope.dimension_count").value_or(config.head_size));
   if (rope.dimensions != config.head_size) {
     return unsupported(fmt::format("partial RoPE ({} of {} dimensions) is not supported",

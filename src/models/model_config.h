@@ -1,11 +1,15 @@
-// The hyperparameters of a Llama-family decoder, read from GGUF metadata and validated.
+// The hyperparameters of a Llama-family decoder, read from GGUF metadata or a Hugging Face
+// folder's config.json (hf_model_config.cpp) and validated.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/status.h"
+#include <vector>
+
 #include "model_files/gguf_file.h"
+#include "model_files/hf_checkpoint.h"
 
 namespace tachyon {
 
@@ -48,6 +52,17 @@ struct ModelConfig {
 
   // Supported architectures: llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3.
   static Result<ModelConfig> from_gguf(const GgufFile& file);
+  // The same from config.json (model_type llama, mistral, qwen2, qwen3).
+  static Result<ModelConfig> from_hf_checkpoint(const HfCheckpoint& checkpoint);
+
+  // Sets the RoPE layout, qkv_bias and qk_norm that `architecture` implies; unsupported when
+  // it is none of the supported ones.
+  Status set_architecture_traits();
 };
+
+// llama3 RoPE scaling's per-pair frequency divisors (f32 [head_size / 2]) from config.json's
+// rope_scaling, computed as llama.cpp's converter computes rope_freqs.weight.
+Result<std::vector<float>> llama3_frequency_factors(const HfCheckpoint& checkpoint,
+                                                    const ModelConfig& config);
 
 }  // namespace tachyon

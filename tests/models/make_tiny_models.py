@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Test fixture: writes the tiny GGUF models of tools/tiny_models.py into OUT_DIR and checks each
 file's SHA-256 against tests/golden/logits/manifest.json, so the golden logits (computed by HF
-transformers from the same weights) really belong to these files."""
+transformers from the same weights) really belong to these files. Also writes each model as a
+Hugging Face folder (config.json + model.safetensors) beside its GGUF file."""
 import hashlib
 import json
 import sys
@@ -19,6 +20,8 @@ def main() -> int:
     problems = 0
     for entry in manifest["entries"]:
         path = tiny_models.write_model(entry["config"], entry["dtype"], out / entry["gguf"])
+        tiny_models.write_hf_folder(entry["config"], entry["dtype"],
+                                    out / tiny_models.hf_folder_name(entry["config"], entry["dtype"]))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != entry["gguf_sha256"]:
             print(f"{path.name}: sha256 {digest} differs from the manifest's {entry['gguf_sha256']} "
