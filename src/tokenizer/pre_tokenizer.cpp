@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -105,6 +106,22 @@ std::vector<std::string> PreTokenizer::known_names() {
   for (const auto& [name, recipe] : recipes()) names.push_back(name);
   return names;
 }
+
+std::optional<std::string> PreTokenizer::name_for_stages(const std::vector<std::string>& stages,
+                                                         bool ignore_merges, bool normalize_nfc) {
+  for (const auto& [name, recipe] : recipes()) {
+    if (recipe.ignore_merges != ignore_merges || recipe.normalize_nfc != normalize_nfc ||
+        recipe.stages.size() != stages.size()) {
+      continue;
+    }
+    if (std::equal(stages.begin(), stages.end(), recipe.stages.begin())) return name;
+  }
+  return std::nullopt;
+}
+
+std::string PreTokenizer::byte_level_pattern() { return kGpt2Pattern; }
+
+std::string PreTokenizer::single_digit_pattern() { return kSingleDigit; }
 
 Result<std::unique_ptr<PreTokenizer::CompiledRegex>> PreTokenizer::compile(
     const std::string& pattern) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,14 @@ class PreTokenizer {
   // Known names: default, gpt2, gpt-2, smollm, llama-bpe, llama3, qwen2, deepseek-v3, kimi-k2.
   static Result<std::shared_ptr<const PreTokenizer>> for_name(std::string_view name);
   static std::vector<std::string> known_names();
+  // The name whose recipe is exactly these regex stages (in order) with these flags, as a
+  // Hugging Face tokenizer.json spells them; nothing when no known family matches.
+  static std::optional<std::string> name_for_stages(const std::vector<std::string>& stages,
+                                                    bool ignore_merges, bool normalize_nfc);
+  // GPT-2's split regex, what Hugging Face's ByteLevel(use_regex=true) applies, and SmolLM's
+  // single-digit stage, what Digits(individual_digits=true) applies.
+  static std::string byte_level_pattern();
+  static std::string single_digit_pattern();
 
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;

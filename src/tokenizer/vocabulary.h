@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct Vocabulary {
 
   // Reads tokenizer.ggml.* metadata; every array and id is validated.
   static Result<Vocabulary> from_gguf(const GgufFile& file);
+  // Reads a Hugging Face tokenizer.json (byte-level BPE; its pre-tokenizer must be one of the
+  // known families') and, when given, tokenizer_config.json's special tokens and add_bos_token
+  // (hf_vocabulary.cpp).
+  static Result<Vocabulary> from_hf_tokenizer(std::string_view tokenizer_json,
+                                              std::optional<std::string_view> config_json);
 };
 
 }  // namespace tachyon
