@@ -482,7 +482,35 @@ def write_hf_folder(name: str, dtype: str, path: str | Path) -> Path:
         tensors[hf_name] = np.ascontiguousarray(array)
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(hf_config_json(config, dtype), indent=2) + "\n")
+    write_hf_tokenizer(config, path)
     return path
+
+
+# A template for the folders' tokenizer_config.json (the GGUF files carry none).
+HF_CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<{{ message['role'] }}>"
+                    "{{ message['content'] }}{% endfor %}{% if add_generation_prompt %}"
+                    "<assistant>{% endif %}")
+
+
+def write_hf_tokenizer(config: TinyConfig, path: Path) -> None:
+    """tokenizer.json written by the PyPI `tokenizers` package (GPT-2-style byte-level BPE with
+    the GGUF file's vocabulary and merges, <|bos|> and <|eos|> as special added tokens) and a
+    tokenizer_config.json naming them, with a small chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    tokens, merges, _ = tokenizer_vocabulary(config.vocab_size)
+    vocab = {token: i for i, token in enumerate(tokens[:-2])}
+    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges])
+    tokenizer = Tokenizer(bpe)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(BOS_TEXT, special=True),
+                                  AddedToken(EOS_TEXT, special=True)])
+    assert tokenizer.token_to_id(EOS_TEXT) == len(tokens) - 1
+    tokenizer.save(str(path / "tokenizer.json"))
+    tokenizer_config = {"bos_token": BOS_TEXT, "eos_token": EOS_TEXT, "add_bos_token": False,
+                        "chat_template": HF_CHAT_TEMPLATE}
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
 
 
 def hf_folder_name(name: str, dtype: str) -> str:

@@ -283,7 +283,7 @@ Status run_bench(const BenchOptions& options) {
     std::printf("%s\n", boost::json::serialize(out).c_str());
     return Status();
   }
-  std::printf("model    %s\nthreads  %d, kernels %s (%s)\n", session.file->path().c_str(),
+  std::printf("model    %s\nthreads  %d, kernels %s (%s)\n", session.files.path.c_str(),
               session.pool->num_threads(),
               std::string(kernels::kernel_level_name(kernels::active_kernel_level())).c_str(),
               CpuFeatures::get().describe().c_str());

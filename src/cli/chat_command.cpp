@@ -50,7 +50,7 @@ class ChatSession {
       std::printf("tachyon chat with %s (context %d tokens)\n"
                   "/reset clears the conversation, /system TEXT sets the system message, /exit "
                   "quits. Ctrl-C stops a reply, Ctrl-D quits.\n",
-                  session_.file->path().c_str(), session_.context_size);
+                  session_.files.path.c_str(), session_.context_size);
     }
     InterruptGuard interrupt;
     while (true) {

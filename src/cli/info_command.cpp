@@ -1,5 +1,6 @@
 // `tachyon info [-m MODEL] [--json]`: what a model file holds.
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/kernel_level.h"
 #include "model_files/model_summary.h"
+#include "models/model_config.h"
 
 namespace tachyon::cli {
 namespace {
@@ -119,6 +121,57 @@ boost::json::object to_json(const ModelSummary& s, const std::string& path) {
   };
 }
 
+// A Hugging Face folder: its shards, tensors by dtype and the config tachyon reads from it.
+Status print_folder(const HfCheckpoint& checkpoint, bool json) {
+  std::map<std::string, int> dtypes;
+  uint64_t bytes = 0;
+  for (const auto& [name, tensor] : checkpoint.tensors()) {
+    ++dtypes[std::string(safetensors_dtype_name(tensor->dtype))];
+    bytes += tensor->end - tensor->begin;
+  }
+  Result<ModelConfig> config = ModelConfig::from_hf_checkpoint(checkpoint);
+  if (json) {
+    boost::json::object types;
+    for (const auto& [dtype, count] : dtypes) types[dtype] = count;
+    boost::json::object out{{"path", checkpoint.dir()},
+                            {"format", "huggingface"},
+                            {"shards", checkpoint.shard_names().size()},
+                            {"tensors", checkpoint.tensors().size()},
+                            {"tensor_bytes", bytes},
+                            {"tensor_types", types}};
+    if (config.ok()) {
+      out["architecture"] = config->architecture;
+      out["layers"] = config->num_layers;
+      out["embedding"] = config->hidden_size;
+      out["heads"] = config->num_heads;
+      out["kv_heads"] = config->num_kv_heads;
+      out["head_size"] = config->head_size;
+      out["vocabulary_size"] = config->vocab_size;
+      out["context_length"] = config->context_length;
+    } else {
+      out["config_error"] = config.status().message();
+    }
+    std::printf("%s\n", boost::json::serialize(out).c_str());
+    return Status();
+  }
+  std::printf("%-14s %s\n", "path", checkpoint.dir().c_str());
+  std::printf("%-14s Hugging Face folder, %zu safetensors shard(s), %zu tensors, %.1f MB\n",
+              "format", checkpoint.shard_names().size(), checkpoint.tensors().size(),
+              static_cast<double>(bytes) / 1e6);
+  std::string types;
+  for (const auto& [dtype, count] : dtypes) {
+    types += fmt::format("{}{} x{}", types.empty() ? "" : ", ", dtype, count);
+  }
+  std::printf("%-14s %s\n", "tensor types", types.c_str());
+  if (!config.ok()) return Status(config.status().code(), checkpoint.dir() + ": " + config.status().message());
+  std::printf("%-14s %s, %d layers, embedding %d, %d heads (%d KV) of %d, vocabulary %d, "
+              "context %d\n",
+              "architecture", config->architecture.c_str(), config->num_layers,
+              config->hidden_size, config->num_heads, config->num_kv_heads, config->head_size,
+              config->vocab_size, config->context_length);
+  return Status();
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
@@ -131,13 +184,18 @@ void add_info_command(CLI::App& app) {
   add_model_option(*command, options->model);
   command->add_flag("--json", options->json, "Print JSON instead of text");
   command->callback([options] {
-    Result<std::unique_ptr<GgufFile>> file = open_model(options->model);
-    if (!file.ok()) return fail(file.status().message());
-    const ModelSummary summary = summarize_model(**file);
-    if (options->json) {
-      std::printf("%s\n", boost::json::serialize(to_json(summary, (*file)->path())).c_str());
+    Result<ModelFiles> files = open_model(options->model);
+    if (!files.ok()) return fail(files.status().message());
+    if (files->checkpoint) {
+      Status status = print_folder(*files->checkpoint, options->json);
+      if (!status.ok()) return fail(status.message());
+    } else if (options->json) {
+      const ModelSummary summary = summarize_model(*files->gguf);
+      std::printf("%s\n", boost::json::serialize(to_json(summary, files->path)).c_str());
     } else {
-      print_text(summary, (*file)->path());
+      print_text(summarize_model(*files->gguf), files->path);
+    }
+    if (!options->json) {
       // What this machine would run the model with (TACHYON_CPU_LEVEL forces a level).
       std::printf("%-14s %s\n", "cpu", CpuFeatures::get().describe().c_str());
       std::printf("%-14s %s\n", "kernels", kernels::describe_family_levels().c_str());

@@ -32,17 +32,13 @@ void add_numerics_option(CLI::App& command, ModelOptions& options) {
 
 Result<ModelSession> open_session(const ModelOptions& options) {
   ModelSession session;
-  TACHYON_ASSIGN_OR_RETURN(session.file, open_model(options.model_path));
-  const std::string& path = session.file->path();
+  TACHYON_ASSIGN_OR_RETURN(session.files, open_model(options.model_path));
+  const std::string& path = session.files.path;
   auto with_path = [&](const Status& status) {
     return Status(status.code(), path + ": " + status.message());
   };
-  Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*session.file);
-  if (!tokenizer.ok()) return with_path(tokenizer.status());
-  session.tokenizer = std::move(*tokenizer);
-  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(*session.file);
-  if (!model.ok()) return with_path(model.status());
-  session.model = std::move(*model);
+  TACHYON_ASSIGN_OR_RETURN(session.tokenizer, session.files.load_tokenizer());
+  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model());
   const ModelConfig& config = session.model->config();
   if (config.vocab_size != session.tokenizer->vocabulary_size()) {
     return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "
@@ -66,13 +62,10 @@ Result<ModelSession> open_session(const ModelOptions& options) {
 }
 
 Result<ChatTemplate> ModelSession::chat_template() const {
-  const std::optional<std::string> source = file->get_string("tokenizer.chat_template");
-  if (!source) {
-    return not_found(file->path() + " has no chat template (tokenizer.chat_template)");
-  }
-  Result<ChatTemplate> parsed = ChatTemplate::parse(*source);
+  TACHYON_ASSIGN_OR_RETURN(const std::string source, files.chat_template_source());
+  Result<ChatTemplate> parsed = ChatTemplate::parse(source);
   if (!parsed.ok()) {
-    return Status(parsed.status().code(), file->path() + ": " + parsed.status().message());
+    return Status(parsed.status().code(), files.path + ": " + parsed.status().message());
   }
   return parsed;
 }

@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/thread_pool.h"
-#include "model_files/gguf_file.h"
+#include "cli/model_path.h"
 #include "models/decoder_model.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -31,7 +31,7 @@ void add_model_options(CLI::App& command, ModelOptions& options);
 void add_numerics_option(CLI::App& command, ModelOptions& options);
 
 struct ModelSession {
-  std::unique_ptr<GgufFile> file;
+  ModelFiles files;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<ThreadPool> pool;

@@ -65,16 +65,6 @@ Result<boost::json::value> read_json_file(const std::string& path) {
   return parse_json(text, path);
 }
 
-// The text of token `key` (e.g. tokenizer.ggml.bos_token_id), or empty when the model has none.
-std::string special_token_text(const GgufFile& file, const char* key) {
-  const std::optional<uint64_t> id = file.get_uint(key);
-  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
-  if (!id || tokens == nullptr || tokens->as_array() == nullptr) return "";
-  const GgufArray& array = *tokens->as_array();
-  if (*id >= array.size() || array[*id].as_string() == nullptr) return "";
-  return *array[*id].as_string();
-}
-
 Status run(const TemplateOptions& options, std::string& rendered) {
   ChatTemplateInputs inputs;
   inputs.add_generation_prompt = options.add_generation_prompt;
@@ -113,11 +103,11 @@ Status run(const TemplateOptions& options, std::string& rendered) {
   }
 
   // The model supplies the template (unless --template) and the bos/eos texts (unless given).
-  std::unique_ptr<GgufFile> model;
+  std::optional<ModelFiles> model;
   if (options.template_path.empty() || !options.model.empty()) {
     TACHYON_ASSIGN_OR_RETURN(model, open_model(options.model));
   } else if (!options.bos_given || !options.eos_given) {
-    Result<std::unique_ptr<GgufFile>> fallback = open_model("");
+    Result<ModelFiles> fallback = open_model("");
     if (fallback.ok()) model = std::move(fallback.value());
   }
   std::string source;
@@ -126,19 +116,17 @@ Status run(const TemplateOptions& options, std::string& rendered) {
     TACHYON_ASSIGN_OR_RETURN(source, read_file(options.template_path));
     template_name = options.template_path;
   } else {
-    std::optional<std::string> embedded = model->get_string("tokenizer.chat_template");
-    if (!embedded) {
-      return not_found(
-          fmt::format("{} has no chat template (tokenizer.chat_template); pass "
-                      "--template FILE",
-                      model->path()));
+    Result<std::string> embedded = model->chat_template_source();
+    if (!embedded.ok()) {
+      return Status(embedded.status().code(),
+                    embedded.status().message() + "; pass --template FILE");
     }
     source = std::move(*embedded);
-    template_name = model->path();
+    template_name = model->path;
   }
   if (model) {
-    inputs.bos_token = special_token_text(*model, "tokenizer.ggml.bos_token_id");
-    inputs.eos_token = special_token_text(*model, "tokenizer.ggml.eos_token_id");
+    inputs.bos_token = model->special_token_text("bos_token");
+    inputs.eos_token = model->special_token_text("eos_token");
   }
   if (options.bos_given) inputs.bos_token = options.bos;
   if (options.eos_given) inputs.eos_token = options.eos;

@@ -17,12 +17,8 @@ namespace tachyon::cli {
 namespace {
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_path) {
-  TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, open_model(model_path));
-  Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*file);
-  if (!tokenizer.ok()) {
-    return Status(tokenizer.status().code(), file->path() + ": " + tokenizer.status().message());
-  }
-  return tokenizer;
+  TACHYON_ASSIGN_OR_RETURN(const ModelFiles files, open_model(model_path));
+  return files.load_tokenizer();
 }
 
 std::string ids_to_json(const std::vector<TokenId>& ids) {

@@ -77,7 +77,7 @@ def main() -> int:
              f"{empty_home}/models/SmolLM2-135M-Instruct.Q4_1.gguf; run `make setup` (or "
              f"scripts/fetch_model.sh) to fetch it"),
             ("a directory as the model", ["info", "-m", str(work)], {},
-             f"tachyon: error: {work} is not a regular file"),
+             f"tachyon: error: {work}: no config.json (not a Hugging Face model folder)"),
             ("an empty file", ["info", "-m", str(empty_file)], {},
              f"tachyon: error: {empty_file} is empty (0 bytes)"),
             ("a text file", ["info", "-m", str(not_gguf)], {},
