@@ -32,6 +32,7 @@ constexpr int kRowTile = 6;     // query rows per register tile
 constexpr int kVectorTile = 4;  // vectors (of positions or of dimensions) per register tile
 // Widest head the pre-scaled query copy holds; wider heads take the portable kernel.
 constexpr int kMaxHeadSize = 1024;
+constexpr int kAlignment = 64;  // of the pre-scaled queries: one vector
 
 #define TACHYON_INLINE inline __attribute__((always_inline))
 
@@ -268,74 +269,13 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
   }
 }
 
-// Rows [first, first + kRows) of a span update (row = token * group + head).
-template <int kRows, typename Source>
-void span_rows(const float* queries, int64_t token_stride, int group, int head_size, float scale,
-               const int* visible, int first, const Source& source, float* scores,
-               int64_t score_stride, float* running_max, float* running_sum, float* accumulator) {
-  alignas(64) float scaled[kRows * kMaxHeadSize];  // the rows' queries times scale
-  float* row_scores[kRows];
-  float* acc[kRows];
-  int row_visible[kRows];
-  int most = 0;
-  for (int r = 0; r < kRows; ++r) {
-    const int row = first + r;
-    const float* q = queries + (row / group) * token_stride + (row % group) * head_size;
-    for (int d = 0; d < head_size; ++d) scaled[r * head_size + d] = q[d] * scale;
-    row_scores[r] = scores + row * score_stride;
-    acc[r] = accumulator + static_cast<int64_t>(row) * head_size;
-    row_visible[r] = visible[row / group];
-    most = std::max(most, row_visible[r]);
-  }
-  tile_scores<kRows>(scaled, head_size, source, most, row_scores);
-  float correction[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    // A row that sees none of this span keeps its state (correction 1, nothing added).
-    correction[r] = row_visible[r] == 0
-                        ? 1.0f
-                        : softmax_step(row_scores[r], row_visible[r], running_max[first + r],
-                                       running_sum[first + r]);
-  }
-  tile_accumulate<kRows>(row_scores, row_visible, correction, head_size, source, acc);
-}
+#include "kernels/cpu/attention_rows.inc"
 
 }  // namespace
 
 bool attention_span_update_supports(int head_size) {
   return head_size > 0 && head_size <= kMaxHeadSize;
 }
-
-namespace {
-
-template <typename Source>
-void span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
-                 int head_size, float scale, const int* visible, const Source& source,
-                 float* scores, int64_t score_stride, float* running_max, float* running_sum,
-                 float* accumulator) {
-  const int rows = num_tokens * group;
-  int first = 0;
-  for (; first + kRowTile <= rows; first += kRowTile) {
-    span_rows<kRowTile>(queries, token_stride, group, head_size, scale, visible, first, source,
-                        scores, score_stride, running_max, running_sum, accumulator);
-  }
-  // The last rows, as one narrower tile.
-#define TACHYON_SPAN_ROWS(n)                                                                   \
-  case n:                                                                                      \
-    return span_rows<n>(queries, token_stride, group, head_size, scale, visible, first, source, \
-                        scores, score_stride, running_max, running_sum, accumulator)
-  switch (rows - first) {
-    TACHYON_SPAN_ROWS(1);
-    TACHYON_SPAN_ROWS(2);
-    TACHYON_SPAN_ROWS(3);
-    TACHYON_SPAN_ROWS(4);
-    TACHYON_SPAN_ROWS(5);
-    default:
-      return;
-  }
-#undef TACHYON_SPAN_ROWS
-}
-
-}  // namespace
 
 void attention_span_update(const float* queries, int64_t token_stride, int num_tokens, int group,
                            int head_size, float scale, const int* visible,
