@@ -513,6 +513,76 @@ def write_hf_tokenizer(config: TinyConfig, path: Path) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
 
 
+FP8_BLOCK = 32  # quantization_config.weight_block_size: several blocks per tiny matrix
+_FP8_MATRICES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                 "gate_proj.weight", "up_proj.weight", "down_proj.weight")
+
+
+def _fp8_quantize(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSeek-V3-style block FP8: per FP8_BLOCK x FP8_BLOCK block, scale = amax / 448 and
+    the values weight / scale in E4M3 (ml_dtypes' rounding). Returns (E4M3 bytes as uint8,
+    f32 scale_inv [ceil(rows / B), ceil(cols / B)])."""
+    import ml_dtypes
+
+    rows, cols = weight.shape
+    block_rows, block_cols = -(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)
+    scale = np.zeros((block_rows, block_cols), np.float32)
+    quantized = np.zeros_like(weight, dtype=ml_dtypes.float8_e4m3fn)
+    for i in range(block_rows):
+        for j in range(block_cols):
+            block = weight[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK]
+            scale[i, j] = np.float32(np.abs(block).max() / 448.0)
+            quantized[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK] = (
+                block / scale[i, j]).astype(ml_dtypes.float8_e4m3fn)
+    return quantized.view(np.uint8), scale
+
+
+def write_hf_fp8_folders(name: str, path: str | Path) -> tuple[Path, Path]:
+    """Tiny model `name` with its layer projections in block-scaled FP8 (F8_E4M3 + F32
+    weight_scale_inv, as DeepSeek-V3 ships), and beside it the same model with those matrices
+    dequantized as the model's own code does (E4M3 -> f32, times the block's scale, rounded to
+    BF16; computed here with ml_dtypes and numpy) and stored as BF16. Returns (fp8, bf16)."""
+    import ml_dtypes
+    import safetensors
+
+    config = get_config(name)
+    fp8_dir, bf16_dir = Path(f"{path}.fp8.hf"), Path(f"{path}.fp8-bf16.hf")
+    keep: list = []
+
+    def spec(dtype: str, array: np.ndarray) -> "safetensors.TensorSpec":
+        array = np.ascontiguousarray(array)
+        keep.append(array)
+        return safetensors.TensorSpec(dtype=dtype, shape=list(array.shape),
+                                      data_ptr=array.ctypes.data, data_len=array.nbytes)
+
+    fp8_tensors, bf16_tensors = {}, {}
+    for hf_name, array in hf_weights(config, "f32").items():
+        if hf_name.endswith(_FP8_MATRICES):
+            quantized, scale = _fp8_quantize(array)
+            fp8_tensors[hf_name] = spec("float8_e4m3fn", quantized)
+            fp8_tensors[hf_name + "_scale_inv"] = spec("float32", scale)
+            full_scale = np.repeat(np.repeat(scale, FP8_BLOCK, 0), FP8_BLOCK, 1)
+            values = quantized.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * \
+                full_scale[:array.shape[0], :array.shape[1]]
+            bf16_tensors[hf_name] = spec("bfloat16",
+                                         values.astype(ml_dtypes.bfloat16).view(np.uint16))
+        else:
+            fp8_tensors[hf_name] = spec("float32", array)
+            bf16_tensors[hf_name] = spec("float32", array)
+    for folder, tensors in ((fp8_dir, fp8_tensors), (bf16_dir, bf16_tensors)):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model.safetensors").write_bytes(
+            bytes(safetensors.serialize(tensors, metadata={"format": "pt"})))
+        hf_config = hf_config_json(config, "f32")
+        if folder == fp8_dir:
+            hf_config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                                "activation_scheme": "dynamic",
+                                                "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+        (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+        write_hf_tokenizer(config, folder)
+    return fp8_dir, bf16_dir
+
+
 def hf_folder_name(name: str, dtype: str) -> str:
     return f"{name}.{dtype}.hf"
 

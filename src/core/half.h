@@ -58,4 +58,12 @@ inline float round_to_f16(float value) { return f16_to_f32(f32_to_f16(value)); }
 
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
+// Round to nearest even, as torch and ml_dtypes convert; NaN stays a (quiet) NaN.
+inline uint16_t f32_to_bf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
 }  // namespace tachyon

@@ -1,16 +1,19 @@
 #include "models/decoder_weights.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
 
+#include <boost/json.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/half.h"
 #include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
+#include "kernels/reference/fp8.h"
 
 namespace tachyon {
 namespace {
@@ -134,6 +137,67 @@ std::string hf_tensor_name(const std::string& gguf_name) {
   return "model.layers." + gguf_name.substr(4, dot - 4) + "." + it->second;
 }
 
+// A block-scaled F8_E4M3 matrix (DeepSeek-V3 / Kimi-K2 checkpoints) as BF16, as the models' own
+// code dequantizes it: each value times its block's f32 scale from `<name>_scale_inv`, rounded
+// to BF16. The block size is config.json's quantization_config.weight_block_size (default
+// 128x128). The copy is kept by `weights`.
+Result<const uint8_t*> fp8_as_bf16(const HfCheckpoint& checkpoint, const SafetensorsTensor& tensor,
+                                  DecoderWeights& weights) {
+  if (tensor.shape.size() != 2) {
+    return unsupported(fmt::format("tensor '{}' is F8_E4M3 with shape of {} dimensions; tachyon "
+                                   "takes FP8 matrices only",
+                                   tensor.name, tensor.shape.size()));
+  }
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+  if (const boost::json::value* quantization = checkpoint.config().if_contains("quantization_config")) {
+    const boost::json::value* block =
+        quantization->is_object() ? quantization->get_object().if_contains("weight_block_size")
+                                  : nullptr;
+    if (block != nullptr) {
+      if (!block->is_array() || block->get_array().size() != 2 ||
+          !block->get_array()[0].is_int64() || !block->get_array()[1].is_int64() ||
+          block->get_array()[0].get_int64() <= 0 || block->get_array()[1].get_int64() <= 0) {
+        return corrupt_data(fmt::format("config.json quantization_config.weight_block_size is "
+                                        "{}, expected [rows, cols]",
+                                        boost::json::serialize(*block)));
+      }
+      block_rows = block->get_array()[0].get_int64();
+      block_cols = block->get_array()[1].get_int64();
+    }
+  }
+  if (block_rows != block_cols) {
+    return unsupported(fmt::format("FP8 blocks of {}x{}: tachyon takes square blocks", block_rows,
+                                   block_cols));
+  }
+  const std::string scale_name = tensor.name + "_scale_inv";
+  const SafetensorsTensor* scale = checkpoint.find_tensor(scale_name);
+  if (scale == nullptr || scale->dtype != SafetensorsDType::kF32 || scale->shape.size() != 2) {
+    return corrupt_data(fmt::format("F8_E4M3 tensor '{}' needs an F32 matrix '{}' of block "
+                                    "scales",
+                                    tensor.name, scale_name));
+  }
+  const int64_t rows = tensor.shape[0];
+  const int64_t cols = tensor.shape[1];
+  std::vector<float> scales(scale->num_elements);
+  std::memcpy(scales.data(), scale->data, scales.size() * sizeof(float));
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  Status status = reference::dequantize_fp8_e4m3_blocks(tensor.data, rows, cols, scales.data(),
+                                                        scale->shape[0], scale->shape[1],
+                                                        block_rows, values.data());
+  if (!status.ok()) {
+    return Status(status.code(), fmt::format("tensor '{}': {}", tensor.name, status.message()));
+  }
+  auto bf16 = std::make_unique<std::vector<uint8_t>>(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = f32_to_bf16(values[i]);
+    std::memcpy(bf16->data() + 2 * i, &bits, 2);
+  }
+  const uint8_t* data = bf16->data();
+  weights.converted_bytes.push_back(std::move(bf16));
+  return data;
+}
+
 // Hugging Face: the names mapped, dimensions reversed (row-major [out, in] is ggml's [in, out]),
 // and for the llama layout the Q/K rows of each head interleaved as llama.cpp's converter
 // stores them (HF rotates dimension j with j + D/2, the llama layout adjacent pairs), in a copy
@@ -165,9 +229,14 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
       case SafetensorsDType::kF32: view.type = DType::kF32; break;
       case SafetensorsDType::kF16: view.type = DType::kF16; break;
       case SafetensorsDType::kBF16: view.type = DType::kBF16; break;
+      case SafetensorsDType::kF8E4M3: {
+        TACHYON_ASSIGN_OR_RETURN(view.data, fp8_as_bf16(checkpoint, *tensor, weights));
+        view.type = DType::kBF16;
+        break;
+      }
       default:
-        return unsupported(fmt::format("tensor '{}' in {} is {}; tachyon loads F32, F16 and BF16 "
-                                       "tensors from safetensors",
+        return unsupported(fmt::format("tensor '{}' in {} is {}; tachyon loads F32, F16, BF16 and "
+                                       "block-scaled F8_E4M3 tensors from safetensors",
                                        hf_name, checkpoint.shard_of(hf_name),
                                        safetensors_dtype_name(tensor->dtype)));
     }
@@ -181,14 +250,15 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
                                         rows, heads));
       }
       const int64_t head = rows / heads;
-      const size_t row_bytes = rows == 0 ? 0 : (tensor->end - tensor->begin) / rows;
-      auto copy = std::make_unique<std::vector<uint8_t>>(tensor->end - tensor->begin);
+      const size_t row_bytes =
+          static_cast<size_t>(view.shape[0]) * (view.type == DType::kF32 ? 4 : 2);
+      auto copy = std::make_unique<std::vector<uint8_t>>(row_bytes * rows);
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t j = 0; j < head / 2; ++j) {
           for (int64_t half = 0; half < 2; ++half) {
             const int64_t from = h * head + half * (head / 2) + j;  // HF row
             const int64_t to = h * head + 2 * j + half;             // GGUF row
-            std::memcpy(copy->data() + to * row_bytes, tensor->data + from * row_bytes, row_bytes);
+            std::memcpy(copy->data() + to * row_bytes, view.data + from * row_bytes, row_bytes);
           }
         }
       }

@@ -3,8 +3,9 @@
 written as a folder (config.json + model.safetensors by the PyPI safetensors package,
 tokenizer.json by the PyPI tokenizers package, tokenizer_config.json) gives what its GGUF file
 gives: the same token ids from `tokenize` and the same greedy tokens from `generate`; `info`
-describes the folder; `template` and `serve` use tokenizer_config.json's chat template; and each
-broken folder gets one clear error line.
+describes the folder; `template` and `serve` use tokenizer_config.json's chat template; a
+block-scaled FP8 folder gives what its BF16 dequantization gives; and each broken folder gets
+one clear error line.
     .venv/bin/python tests/cli/hf_folder_commands_test.py --tachyon build/tachyon
 """
 import argparse
@@ -142,6 +143,23 @@ def main() -> int:
         (broken / "config.json").unlink()
         expect_error(t, "a folder without config.json", ["info", "-m", str(broken)],
                      "no config.json (not a Hugging Face model folder)")
+
+        # Block-scaled FP8: the same greedy tokens as its BF16 dequantization; a block size
+        # that does not fit the scale tensors is one clear error.
+        fp8, bf16 = tiny_models.write_hf_fp8_folders("llama_gqa", scratch / "fp8")
+        outputs = [run(t, "generate", "-m", str(folder), "-p", "the and of", "-n", "16",
+                       "--temperature", "0", "--ignore-eos", "--json", "-t", "2").stdout
+                   for folder in (fp8, bf16)]
+        check("generate -m FP8-DIR == its BF16 dequantization",
+              outputs[0] != "" and json.loads(outputs[0])["completion_ids"]
+              == json.loads(outputs[1])["completion_ids"], f"{outputs}")
+        config = json.loads((fp8 / "config.json").read_text())
+        config["quantization_config"]["weight_block_size"] = [16, 16]
+        (fp8 / "config.json").write_text(json.dumps(config))
+        expect_error(t, "FP8 scales that do not fit the block size",
+                     ["generate", "-m", str(fp8), "-p", "x"],
+                     "tensor 'model.layers.0.self_attn.q_proj.weight': FP8 weights of shape "
+                     "[64, 64] in 16x16 blocks need a scale of shape [4, 4], got [2, 2]")
     return exit_status()
 
 

@@ -176,6 +176,35 @@ TEST_P(DecoderModelGoldenTest, HuggingFaceFolderGivesTheGgufLogits) {
 INSTANTIATE_TEST_SUITE_P(Tiny, DecoderModelGoldenTest, ::testing::ValuesIn(load_goldens()),
                          golden_name);
 
+// Block-scaled FP8 weights (F8_E4M3 + weight_scale_inv in 32x32 blocks, as DeepSeek-V3 ships
+// them in 128x128) load as the models' own code dequantizes them: the logits are bit for bit
+// those of the same model whose matrices ml_dtypes and numpy dequantized to BF16
+// (tools/tiny_models.py write_hf_fp8_folders), for a llama (Q/K rows interleaved after the
+// dequantization) and a qwen3.
+TEST(DecoderModelTest, Fp8FolderGivesItsBf16DequantizationsLogits) {
+  for (const std::string name : {"llama_gqa", "qwen3_qknorm"}) {
+    std::vector<float> logits[2];
+    int index = 0;
+    for (const std::string suffix : {".fp8.hf", ".fp8-bf16.hf"}) {
+      Result<std::unique_ptr<HfCheckpoint>> checkpoint =
+          HfCheckpoint::open(models_dir() + "/" + name + suffix);
+      ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+      Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(**checkpoint);
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      ThreadPool pool(2);
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % 256);
+      KvCache cache = (*model)->make_cache(static_cast<int>(tokens.size()), DType::kF32);
+      ASSERT_TRUE((*model)->forward(tokens, 0, cache, pool, static_cast<int>(tokens.size()),
+                                    logits[index++])
+                      .ok());
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
+        << name;
+  }
+}
+
 // A Hugging Face folder whose config.json disagrees with its tensors, or asks for what tachyon
 // lacks, gets one clear error naming the field or tensor.
 TEST(DecoderModelTest, RejectsBrokenHuggingFaceFolders) {

@@ -2,7 +2,8 @@
 """Test fixture: writes the tiny GGUF models of tools/tiny_models.py into OUT_DIR and checks each
 file's SHA-256 against tests/golden/logits/manifest.json, so the golden logits (computed by HF
 transformers from the same weights) really belong to these files. Also writes each model as a
-Hugging Face folder (config.json + model.safetensors) beside its GGUF file."""
+Hugging Face folder (config.json + model.safetensors) beside its GGUF file, and two models as
+block-scaled FP8 folders with their BF16 dequantizations."""
 import hashlib
 import json
 import sys
@@ -27,6 +28,9 @@ def main() -> int:
             print(f"{path.name}: sha256 {digest} differs from the manifest's {entry['gguf_sha256']} "
                   f"(numpy or gguf version drift?)")
             problems += 1
+    # Block-scaled FP8 folders and their BF16 dequantizations (decoder_model_test compares).
+    for name in ("llama_gqa", "qwen3_qknorm"):
+        tiny_models.write_hf_fp8_folders(name, out / name)
     print(f"wrote {len(manifest['entries'])} tiny models to {out}, {problems} with a wrong sha256")
     return 1 if problems else 0
 
