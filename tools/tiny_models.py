@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
+import gguf.quants
 import numpy as np
 
 # --------------------------------------------------------------------------------------------
@@ -279,6 +280,8 @@ def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
                 array = permute_rows_for_gguf(array, config.num_kv_heads)
         if dtype == "f16" and array.ndim == 2:
             array = array.astype(np.float16)
+        elif dtype == "q8_0" and array.ndim == 2:  # the gguf package's quantizer
+            array = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
         out[name] = np.ascontiguousarray(array)
     freqs = rope_freqs_factors(config)
     if freqs is not None:
@@ -405,14 +408,16 @@ def _add_rope_scaling_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> N
 
 
 def write_model(name: str, dtype: str, path: str | Path) -> Path:
-    """Writes tiny model `name` ("f32" or "f16") as a GGUF file at `path`."""
+    """Writes tiny model `name` ("f32", "f16", or "q8_0": every matrix quantized by the gguf
+    package, for the --quantize test) as a GGUF file at `path`."""
     config = get_config(name)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype '{dtype}', expected one of {DTYPES}")
+    if dtype not in DTYPES + ("q8_0",):
+        raise ValueError(f"dtype '{dtype}', expected one of {DTYPES + ('q8_0',)}")
     path = Path(path)
     writer = gguf.GGUFWriter(str(path), arch=config.arch)
     writer.add_name(f"tachyon-tiny-{config.name}")
-    file_type = gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32
+    file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}.get(
+        dtype, gguf.LlamaFileType.ALL_F32)
     writer.add_file_type(int(file_type))
     writer.add_context_length(config.context_length)
     writer.add_embedding_length(config.hidden_size)
@@ -440,7 +445,9 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.add_add_bos_token(False)
 
     for tensor_name, array in gguf_tensors(config, dtype).items():
-        writer.add_tensor(tensor_name, array)
+        quantized = dtype == "q8_0" and array.dtype == np.uint8
+        writer.add_tensor(tensor_name, array,
+                          raw_dtype=gguf.GGMLQuantizationType.Q8_0 if quantized else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

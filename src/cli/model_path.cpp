@@ -62,9 +62,9 @@ Result<std::unique_ptr<Tokenizer>> ModelFiles::load_tokenizer() const {
   return tokenizer;
 }
 
-Result<std::unique_ptr<DecoderModel>> ModelFiles::load_model() const {
+Result<std::unique_ptr<DecoderModel>> ModelFiles::load_model(std::optional<DType> quantize) const {
   Result<std::unique_ptr<DecoderModel>> model =
-      gguf ? DecoderModel::load(*gguf) : DecoderModel::load(*checkpoint);
+      gguf ? DecoderModel::load(*gguf, quantize) : DecoderModel::load(*checkpoint, quantize);
   if (!model.ok()) return with_path(path, model.status());
   return model;
 }

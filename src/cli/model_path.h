@@ -25,7 +25,8 @@ struct ModelFiles {
 
   // Each error names the path.
   Result<std::unique_ptr<Tokenizer>> load_tokenizer() const;
-  Result<std::unique_ptr<DecoderModel>> load_model() const;
+  // `quantize`: float matrices quantized at load (--quantize).
+  Result<std::unique_ptr<DecoderModel>> load_model(std::optional<DType> quantize = std::nullopt) const;
   // The chat template's source: GGUF's tokenizer.chat_template, or tokenizer_config.json's
   // chat_template (a string, or the entry named "default" of a list) or chat_template.jinja.
   Result<std::string> chat_template_source() const;

@@ -20,6 +20,11 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
       ->check(CLI::Range(1, 1 << 16));
   command.add_option("--cache-type", options.cache_type, "KV cache storage: f16 (default) or f32")
       ->check(CLI::IsMember({"f16", "f32"}));
+  command
+      .add_option("--quantize", options.quantize,
+                  "Quantize F32/F16/BF16/FP8 matrices at load to q4_0, q4_1, q5_0, q5_1 or q8_0 "
+                  "(as the gguf package's quantizers; other types stay as stored)")
+      ->check(CLI::IsMember({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}));
 }
 
 void add_numerics_option(CLI::App& command, ModelOptions& options) {
@@ -38,7 +43,18 @@ Result<ModelSession> open_session(const ModelOptions& options) {
     return Status(status.code(), path + ": " + status.message());
   };
   TACHYON_ASSIGN_OR_RETURN(session.tokenizer, session.files.load_tokenizer());
-  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model());
+  std::optional<DType> quantize;
+  if (!options.quantize.empty()) {
+    static const std::pair<const char*, DType> kTypes[] = {{"q4_0", DType::kQ4_0},
+                                                           {"q4_1", DType::kQ4_1},
+                                                           {"q5_0", DType::kQ5_0},
+                                                           {"q5_1", DType::kQ5_1},
+                                                           {"q8_0", DType::kQ8_0}};
+    for (const auto& [name, type] : kTypes) {
+      if (options.quantize == name) quantize = type;
+    }
+  }
+  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model(quantize));
   const ModelConfig& config = session.model->config();
   if (config.vocab_size != session.tokenizer->vocabulary_size()) {
     return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "

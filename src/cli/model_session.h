@@ -23,9 +23,10 @@ struct ModelOptions {
   int batch_size = 512;
   std::string cache_type = "f16";  // KV cache storage: f16 or f32
   std::string numerics = "native";  // whose arithmetic: native or llama.cpp (DecoderModel)
+  std::string quantize;  // --quantize: "" or q4_0, q4_1, q5_0, q5_1, q8_0
 };
 
-// Adds -m/--model, -t/--threads, -c/--ctx-size and -b/--batch-size.
+// Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type and --quantize.
 void add_model_options(CLI::App& command, ModelOptions& options);
 // Adds --numerics (the single-sequence commands: generate, chat, perplexity).
 void add_numerics_option(CLI::App& command, ModelOptions& options);

@@ -12,15 +12,18 @@
 
 namespace tachyon {
 
-Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file) {
+Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file,
+                                                        std::optional<DType> quantize) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
-  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(file, config));
+  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(file, config, quantize));
   return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
 }
 
-Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& checkpoint) {
+Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& checkpoint,
+                                                        std::optional<DType> quantize) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_hf_checkpoint(checkpoint));
-  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(checkpoint, config));
+  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights,
+                           DecoderWeights::load(checkpoint, config, quantize));
   return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -31,9 +32,12 @@ enum class Numerics { kNative, kLlamaCpp };
 class DecoderModel {
  public:
   // The model reads its weights from `file`, which must outlive it.
-  static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file);
+  // `quantize`: float matrices quantized at load to that type (DecoderWeights::load).
+  static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file,
+                                                    std::optional<DType> quantize = std::nullopt);
   // From a Hugging Face folder (config.json + safetensors).
-  static Result<std::unique_ptr<DecoderModel>> load(const HfCheckpoint& checkpoint);
+  static Result<std::unique_ptr<DecoderModel>> load(const HfCheckpoint& checkpoint,
+                                                    std::optional<DType> quantize = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }

@@ -14,6 +14,7 @@
 #include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/fp8.h"
+#include "kernels/reference/quantize_weights.h"
 
 namespace tachyon {
 namespace {
@@ -33,12 +34,12 @@ using TensorLookup = std::function<Result<std::optional<TensorView>>(const std::
 
 class TensorLoader {
  public:
-  TensorLoader(TensorLookup lookup, DecoderWeights& weights)
-      : lookup_(std::move(lookup)), weights_(weights) {}
+  TensorLoader(TensorLookup lookup, DecoderWeights& weights, std::optional<DType> quantize)
+      : lookup_(std::move(lookup)), weights_(weights), quantize_(quantize) {}
 
   // A matrix with GGUF shape [cols, rows].
   Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols) {
-    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
+    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
     if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
       return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
                                       fmt::join(tensor.shape, ", "), cols, rows));
@@ -48,6 +49,7 @@ class TensorLoader {
                                      "yet",
                                      tensor.name, dtype_name(tensor.type)));
     }
+    TACHYON_RETURN_IF_ERROR(quantize_if_asked(tensor, rows, cols));
     kernels::WeightMatrix w{tensor.type, tensor.data, rows, cols};
     // Copied once into huge pages (HugePageArena: every token streams these), repacked on the
     // way where the SIMD kernels have a layout for the type (TACHYON_NO_REPACK=1 keeps the
@@ -92,8 +94,35 @@ class TensorLoader {
     return std::move(*tensor);
   }
 
+  // With --quantize, a float matrix becomes that type, row by row (one row of f32 at a time).
+  Status quantize_if_asked(TensorView& tensor, int64_t rows, int64_t cols) {
+    const bool float_matrix = tensor.type == DType::kF32 || tensor.type == DType::kF16 ||
+                              tensor.type == DType::kBF16;
+    if (!quantize_ || !float_matrix) return Status();
+    if (cols % 32 != 0) {
+      return unsupported(fmt::format("tensor '{}' has rows of {} values; --quantize {} needs a "
+                                     "multiple of 32",
+                                     tensor.name, cols, dtype_name(*quantize_)));
+    }
+    const size_t in_row = static_cast<size_t>(cols) * dtype_info(tensor.type).block_bytes;
+    const size_t out_row = static_cast<size_t>(cols / 32) * dtype_info(*quantize_).block_bytes;
+    auto quantized = std::make_unique<std::vector<uint8_t>>(out_row * rows);
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      TACHYON_RETURN_IF_ERROR(reference::dequantize(tensor.type, tensor.data + r * in_row,
+                                                    row.data(), cols));
+      TACHYON_RETURN_IF_ERROR(reference::quantize_weights(*quantize_, row.data(), cols,
+                                                          quantized->data() + r * out_row));
+    }
+    tensor.type = *quantize_;
+    tensor.data = quantized->data();
+    weights_.converted_bytes.push_back(std::move(quantized));
+    return Status();
+  }
+
   TensorLookup lookup_;
   DecoderWeights& weights_;
+  std::optional<DType> quantize_;
 };
 
 // GGUF: the names are the loader's.
@@ -270,8 +299,14 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
 }
 
 // The tensors of `config`'s decoder, by GGUF name.
-Status load_tensors(const TensorLookup& lookup, const ModelConfig& config, DecoderWeights& weights) {
-  TensorLoader load(lookup, weights);
+Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
+                    std::optional<DType> quantize, DecoderWeights& weights) {
+  if (quantize && !reference::can_quantize_weights(*quantize)) {
+    return unsupported(fmt::format("--quantize {}: tachyon quantizes to Q4_0, Q4_1, Q5_0, Q5_1 and "
+                                   "Q8_0",
+                                   dtype_name(*quantize)));
+  }
+  TensorLoader load(lookup, weights, quantize);
   const int64_t hidden = config.hidden_size;
   TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
                            load.matrix("token_embd.weight", config.vocab_size, hidden));
@@ -319,16 +354,19 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config, Decod
 
 }  // namespace
 
-Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config) {
+Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config,
+                                            std::optional<DType> quantize) {
   DecoderWeights weights;
-  TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, weights));
+  TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, quantize, weights));
   return weights;
 }
 
 Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
-                                            const ModelConfig& config) {
+                                            const ModelConfig& config,
+                                            std::optional<DType> quantize) {
   DecoderWeights weights;
-  TACHYON_RETURN_IF_ERROR(load_tensors(hf_lookup(checkpoint, config, weights), config, weights));
+  TACHYON_RETURN_IF_ERROR(
+      load_tensors(hf_lookup(checkpoint, config, weights), config, quantize, weights));
   return weights;
 }
 

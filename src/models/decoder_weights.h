@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/huge_page_arena.h"
@@ -37,10 +38,16 @@ struct DecoderWeights {
   std::vector<float> rope_frequency_factors;  // f32 [head_size/2], llama3 only
   std::vector<LayerWeights> layers;
 
-  static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config);
-  // From a Hugging Face folder's safetensors (F32/F16/BF16): the same matrices as the GGUF file
-  // llama.cpp's converter writes from it (the llama layout's Q/K rows interleaved per head).
-  static Result<DecoderWeights> load(const HfCheckpoint& checkpoint, const ModelConfig& config);
+  // `quantize` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0): F32, F16 and BF16 matrices (and FP8 ones,
+  // after their BF16 dequantization) are quantized at load, byte for byte as the gguf package
+  // would (reference::quantize_weights); others stay as stored.
+  static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config,
+                                     std::optional<DType> quantize = std::nullopt);
+  // From a Hugging Face folder's safetensors (F32/F16/BF16, block-scaled FP8): the same matrices
+  // as the GGUF file llama.cpp's converter writes from it (the llama layout's Q/K rows
+  // interleaved per head).
+  static Result<DecoderWeights> load(const HfCheckpoint& checkpoint, const ModelConfig& config,
+                                     std::optional<DType> quantize = std::nullopt);
   // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
   // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
   void set_decode_prefetch();

@@ -144,6 +144,18 @@ def main() -> int:
         expect_error(t, "a folder without config.json", ["info", "-m", str(broken)],
                      "no config.json (not a Hugging Face model folder)")
 
+        # --quantize q8_0 at load: the model the gguf package's quantizer makes.
+        q8_file = tiny_models.write_model("llama3_rope", "q8_0", scratch / "llama3_rope.q8_0.gguf")
+        outputs = [run(t, "generate", "-m", *argv, "-p", "the and of", "-n", "16",
+                       "--temperature", "0", "--ignore-eos", "--json", "-t", "2").stdout
+                   for argv in ([str(q8_file)], [str(folder), "--quantize", "q8_0"])]
+        check("generate -m DIR --quantize q8_0 == the gguf package's Q8_0 file",
+              outputs[0] != "" and json.loads(outputs[0])["completion_ids"]
+              == json.loads(outputs[1])["completion_ids"], f"{outputs}")
+        bad = run(t, "generate", "-m", str(folder), "--quantize", "q3_k", "-p", "x")
+        check("--quantize names the types it takes", bad.returncode != 0
+              and "q4_0" in bad.stderr and "q8_0" in bad.stderr, bad.stderr)
+
         # Block-scaled FP8: the same greedy tokens as its BF16 dequantization; a block size
         # that does not fit the scale tensors is one clear error.
         fp8, bf16 = tiny_models.write_hf_fp8_folders("llama_gqa", scratch / "fp8")

@@ -205,6 +205,42 @@ TEST(DecoderModelTest, Fp8FolderGivesItsBf16DequantizationsLogits) {
   }
 }
 
+// --quantize q8_0 on a float checkpoint (a Hugging Face folder or a GGUF file) gives the very
+// model the gguf package's quantizer makes: the same logits, bit for bit, as the GGUF file whose
+// matrices gguf.quants.quantize wrote (tools/tiny_models.py write_model "q8_0").
+TEST(DecoderModelTest, QuantizeAtLoadMatchesTheGgufPackagesQ8_0File) {
+  for (const std::string name : {"llama_gqa", "qwen3_qknorm"}) {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % 256);
+    auto logits_of = [&](DecoderModel& model) {
+      ThreadPool pool(2);
+      KvCache cache = model.make_cache(static_cast<int>(tokens.size()), DType::kF32);
+      std::vector<float> logits;
+      EXPECT_TRUE(model.forward(tokens, 0, cache, pool, static_cast<int>(tokens.size()), logits).ok());
+      return logits;
+    };
+    auto q8_file = GgufFile::open(models_dir() + "/" + name + ".q8_0.gguf");
+    ASSERT_TRUE(q8_file.ok()) << q8_file.status().message();
+    auto reference = DecoderModel::load(**q8_file);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    auto checkpoint = HfCheckpoint::open(models_dir() + "/" + name + ".f32.hf");
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+    auto from_folder = DecoderModel::load(**checkpoint, DType::kQ8_0);
+    ASSERT_TRUE(from_folder.ok()) << from_folder.status().message();
+    auto f32_file = GgufFile::open(models_dir() + "/" + name + ".f32.gguf");
+    ASSERT_TRUE(f32_file.ok());
+    auto from_f32_gguf = DecoderModel::load(**f32_file, DType::kQ8_0);
+    ASSERT_TRUE(from_f32_gguf.ok()) << from_f32_gguf.status().message();
+    const std::vector<float> want = logits_of(**reference);
+    for (const auto* model : {&*from_folder, &*from_f32_gguf}) {
+      EXPECT_EQ((*model)->weights().layers[0].query.type, DType::kQ8_0);
+      const std::vector<float> got = logits_of(**model);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << name;
+    }
+  }
+}
+
 // A Hugging Face folder whose config.json disagrees with its tensors, or asks for what tachyon
 // lacks, gets one clear error naming the field or tensor.
 TEST(DecoderModelTest, RejectsBrokenHuggingFaceFolders) {

@@ -31,6 +31,8 @@ def main() -> int:
     # Block-scaled FP8 folders and their BF16 dequantizations (decoder_model_test compares).
     for name in ("llama_gqa", "qwen3_qknorm"):
         tiny_models.write_hf_fp8_folders(name, out / name)
+        # Every matrix in Q8_0 by the gguf package (the --quantize q8_0 test's reference).
+        tiny_models.write_model(name, "q8_0", out / f"{name}.q8_0.gguf")
     print(f"wrote {len(manifest['entries'])} tiny models to {out}, {problems} with a wrong sha256")
     return 1 if problems else 0
 
