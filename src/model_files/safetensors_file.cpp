@@ -228,11 +228,11 @@ Status SafetensorsFile::parse_all() {
                        "holes",
                        covered, data_size));
     }
+    // Names are unique: the JSON parser keeps the last of repeated keys, and the bytes of an
+    // earlier one are then an unindexed hole, reported above.
     for (size_t i = 0; i < tensors_.size(); ++i) {
       tensors_[i].data = bytes_ + data_offset_ + tensors_[i].begin;
-      if (!tensor_index_.emplace(tensors_[i].name, i).second) {
-        fail(fmt::format("tensor '{}' is listed twice", tensors_[i].name));
-      }
+      tensor_index_.emplace(tensors_[i].name, i);
     }
   } catch (const ParseError& error) {
     return error.status;

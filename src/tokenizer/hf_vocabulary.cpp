@@ -9,8 +9,6 @@
 namespace tachyon {
 namespace {
 
-constexpr int64_t kMaxVocabularySize = int64_t{1} << 24;
-
 Result<boost::json::object> parse_object(std::string_view text, std::string_view what) {
   boost::json::error_code error;
   boost::json::value value = boost::json::parse(text, error);
@@ -119,7 +117,7 @@ Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json
   }
   std::vector<std::pair<int64_t, std::string>> entries;
   for (const auto& [text, id] : vocab->get_object()) {
-    if (!id.is_int64() || id.get_int64() < 0 || id.get_int64() >= kMaxVocabularySize) {
+    if (!id.is_int64() || id.get_int64() < 0 || id.get_int64() >= Vocabulary::kMaxSize) {
       return corrupt_data(fmt::format("tokenizer.json vocab \"{}\" has id {}", std::string(text),
                                       shown(id)));
     }
@@ -138,7 +136,7 @@ Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json
       const boost::json::value* id = fields ? fields->if_contains("id") : nullptr;
       const boost::json::value* content = fields ? fields->if_contains("content") : nullptr;
       if (id == nullptr || !id->is_int64() || id->get_int64() < 0 ||
-          id->get_int64() >= kMaxVocabularySize || content == nullptr || !content->is_string()) {
+          id->get_int64() >= Vocabulary::kMaxSize || content == nullptr || !content->is_string()) {
         return corrupt_data(fmt::format("tokenizer.json added token {} needs an id and content",
                                         shown(token)));
       }

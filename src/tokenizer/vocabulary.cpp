@@ -5,9 +5,6 @@
 namespace tachyon {
 namespace {
 
-// Largest vocabulary we accept; real models stay below 300k.
-constexpr uint64_t kMaxVocabularySize = 1u << 24;
-
 Result<const GgufArray*> get_array(const GgufFile& file, const char* key, GgufValueType element,
                                    bool required) {
   const GgufValue* value = file.find(key);
@@ -50,9 +47,9 @@ Result<Vocabulary> Vocabulary::from_gguf(const GgufFile& file) {
 
   TACHYON_ASSIGN_OR_RETURN(const GgufArray* tokens,
                            get_array(file, "tokenizer.ggml.tokens", GgufValueType::kString, true));
-  if (tokens->empty() || tokens->size() > kMaxVocabularySize) {
+  if (tokens->empty() || tokens->size() > static_cast<uint64_t>(kMaxSize)) {
     return corrupt_data(fmt::format("tokenizer.ggml.tokens has {} entries, expected 1..{}",
-                                    tokens->size(), kMaxVocabularySize));
+                                    tokens->size(), kMaxSize));
   }
   const int32_t size = static_cast<int32_t>(tokens->size());
   vocabulary.tokens.reserve(size);

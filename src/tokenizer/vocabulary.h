@@ -41,6 +41,9 @@ struct Vocabulary {
   bool add_eos = false;
   bool add_space_prefix = false;  // SentencePiece: prepend "▁" to text
 
+  // Largest vocabulary accepted from any file; real models stay below 300k.
+  static constexpr int64_t kMaxSize = int64_t{1} << 24;
+
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
   // Tokens whose text in the input is matched whole (as Hugging Face's added tokens are).
   bool is_special(TokenId id) const {

@@ -169,6 +169,11 @@ TEST(SafetensorsFileTest, RejectsBrokenFilesWithAClearMessage) {
                  R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
                  12),
        "data bytes 4..8 belong to no tensor (before 'b')"},
+      {"name repeated (the JSON keeps the last)",
+       make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                 8),
+       "data bytes 0..4 belong to no tensor (before 'a')"},
       {"metadata not strings", make_file(R"({"__metadata__":{"n":1}})", 0),
        "__metadata__ \"n\" is 1, not a string"},
       {"metadata not an object", make_file(R"({"__metadata__":"x"})", 0),
