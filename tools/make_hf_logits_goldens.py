@@ -38,6 +38,8 @@ import tiny_models  # noqa: E402
 from tiny_models import TinyConfig  # noqa: E402
 
 RELATIVE_TOLERANCE = 1e-3        # max |Δ| <= 1e-3 * max|logit|
+ABSOLUTE_TOLERANCE = 1e-4        # MoE / MLA configs (f32 weights, f32 cache): max |Δ| <= 1e-4
+MIN_ROUTING_MARGIN = 2e-4        # every token's k-th and (k+1)-th expert apart by this much
 MIN_SCALING_EFFECT = 0.05        # a RoPE-scaled model must move some logit by at least this much
 
 # --------------------------------------------------------------------------------------------
@@ -92,6 +94,89 @@ def build_hf_model(config: TinyConfig, weights: dict[str, np.ndarray], with_scal
     return model
 
 
+def build_hf_moe_model(config: TinyConfig, weights: dict[str, np.ndarray], folder: Path):
+    """The MoE / MLA models through transformers' own loading of the Hugging Face folder that
+    tiny_models.write_hf_folder writes (released checkpoints' layout: one tensor per expert,
+    which transformers fuses), then checked parameter by parameter against `weights`."""
+    hf_config = json.loads((folder / "config.json").read_text())
+    if hf_config["model_type"] == "kimi_k2":  # Kimi-K2 ships DeepseekV3's code as remote code
+        hf_config["model_type"] = "deepseek_v3"
+        (folder / "config.json").write_text(json.dumps(hf_config))
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=torch.float32, attn_implementation="eager",
+        experts_implementation="eager").eval()
+    expected = fused_expert_weights(config, weights)
+    state = model.state_dict()
+    if set(state) != set(expected):
+        raise RuntimeError(f"{config.name}: transformers has {sorted(set(state) - set(expected))}, "
+                           f"lacks {sorted(set(expected) - set(state))}")
+    for name, param in state.items():
+        if not np.array_equal(param.numpy(), expected[name]):
+            raise RuntimeError(f"{config.name}: HF parameter {name} is not the tiny_models weight")
+    return model
+
+
+def fused_expert_weights(config: TinyConfig, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The checkpoint's per-expert tensors as transformers 5 holds them: per layer
+    mlp.experts.gate_up_proj [E, 2I, H] (gate rows first) and mlp.experts.down_proj [E, H, I];
+    Mixtral's block_sparse_moe renamed mlp."""
+    out = {}
+    stacks: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+    for name, array in weights.items():
+        parts = name.split(".")
+        if "experts" in parts and parts[-3].isdigit():
+            prefix = ".".join(parts[:3]) + ".mlp.experts."
+            stacks.setdefault(prefix, {}).setdefault(int(parts[-3]), {})[parts[-2]] = array
+            continue
+        out[name.replace("block_sparse_moe.", "mlp.")] = array
+    for prefix, experts in stacks.items():
+        gate_up, down = [], []
+        for e in range(len(experts)):
+            w = experts[e]
+            gate_up.append(np.concatenate([w.get("gate_proj", w.get("w1")),
+                                           w.get("up_proj", w.get("w3"))]))
+            down.append(w.get("down_proj", w.get("w2")))
+        out[prefix + "gate_up_proj"] = np.stack(gate_up)
+        out[prefix + "down_proj"] = np.stack(down)
+    if config.tied_embeddings:
+        out["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    return out
+
+
+def routing_margin(config: TinyConfig, model, token_ids: list[int]) -> float:
+    """The smallest gap, over tokens and MoE layers, between the k-th chosen expert and the best
+    one not chosen, in what each router ranks (sigmoid scores plus bias and group scores for
+    DeepSeek-V3, logits for softmax routers): a gap near rounding would make the choice, and
+    so the logits, fragile."""
+    margins = []
+    k = config.moe["experts_per_token"]
+
+    def hook(module, inputs, output):
+        hidden = inputs[0].reshape(-1, inputs[0].shape[-1]).to(torch.float32)
+        logits = hidden @ module.weight.to(torch.float32).T
+        if config.hf_model_type in ("deepseek_v3", "kimi_k2"):
+            scores = logits.sigmoid() + module.e_score_correction_bias
+            n_group, per = module.num_group, logits.shape[-1] // module.num_group
+            if n_group > 1:
+                group = scores.view(-1, n_group, per).topk(2, dim=-1)[0].sum(-1)
+                top_groups = group.topk(module.topk_group + (1 if module.topk_group < n_group else 0), dim=-1)[0]
+                if module.topk_group < n_group:
+                    margins.append(float((top_groups[:, -2] - top_groups[:, -1]).min()))
+                keep = torch.zeros_like(group).scatter_(1, group.topk(module.topk_group, dim=-1)[1], 1)
+                scores = scores.masked_fill(~keep.repeat_interleave(per, 1).bool(), float("-inf"))
+        else:
+            scores = logits  # softmax keeps the logits' order; their gaps are what rounding moves
+        ranked = scores.topk(k + 1, dim=-1)[0]
+        margins.append(float((ranked[:, k - 1] - ranked[:, k]).min()))
+
+    hooks = [m.register_forward_hook(hook) for name, m in model.named_modules()
+             if name.endswith("mlp.gate")]
+    run_logits(model, token_ids)
+    for h in hooks:
+        h.remove()
+    return min(margins)
+
+
 def run_logits(model, token_ids: list[int]) -> np.ndarray:
     """Logits [num_tokens, vocab] for one sequence at positions 0..n-1."""
     with torch.no_grad():
@@ -109,7 +194,51 @@ def read_gguf_tensor(tensor) -> np.ndarray:
     return np.asarray(tensor.data).astype(np.float32).reshape(shape)
 
 
+def check_gguf_matches_moe(config: TinyConfig, weights: dict[str, np.ndarray], path: Path) -> None:
+    """MoE / MLA files: every GGUF tensor reads back to the HF weights it came from (experts
+    unstacked, kv_b rebuilt from attn_k_b / attn_v_b), and every HF weight is in the file."""
+    reader = gguf.GGUFReader(str(path))
+    rebuilt: dict[str, np.ndarray] = {}
+    gguf_names = {}
+    for name in weights:
+        if tiny_models._expert_parts(name) is None:
+            gguf_names[tiny_models.gguf_tensor_name(name)] = name
+    k_b, v_b = {}, {}
+    for tensor in reader.tensors:
+        data = read_gguf_tensor(tensor)
+        parts = tensor.name.split(".")
+        if tensor.name.endswith("_exps.weight"):
+            for name in weights:
+                expert = tiny_models._expert_parts(name)
+                if expert and f"blk.{expert[0]}.{expert[2]}" == tensor.name:
+                    rebuilt[name] = data[expert[1]]
+        elif tensor.name.endswith("attn_k_b.weight"):
+            k_b[parts[1]] = data
+        elif tensor.name.endswith("attn_v_b.weight"):
+            v_b[parts[1]] = data
+        else:
+            if config.gguf_rope_layout == "normal" and tensor.name.endswith("attn_q.weight"):
+                data = tiny_models.unpermute_rows_from_gguf(data, config.num_heads)
+            elif config.gguf_rope_layout == "normal" and tensor.name.endswith("attn_k.weight"):
+                data = tiny_models.unpermute_rows_from_gguf(data, config.num_kv_heads)
+            rebuilt[gguf_names[tensor.name]] = data
+    for layer, keys in k_b.items():
+        values = v_b[layer]
+        heads = keys.shape[0]
+        kv_b = np.concatenate([keys.transpose(0, 2, 1), values], axis=1)  # [heads, nope + v, latent]
+        rebuilt[f"model.layers.{layer}.self_attn.kv_b_proj.weight"] = kv_b.reshape(-1, keys.shape[1])
+        assert heads == config.num_heads
+    if set(rebuilt) != set(weights):
+        raise AssertionError(f"{path.name}: GGUF lacks {sorted(set(weights) - set(rebuilt))}, "
+                             f"has extra {sorted(set(rebuilt) - set(weights))}")
+    for name, array in weights.items():
+        if not np.array_equal(rebuilt[name], array):
+            raise AssertionError(f"{path.name}: {name} does not read back from the GGUF")
+
+
 def check_gguf_matches(config: TinyConfig, dtype: str, weights: dict[str, np.ndarray], path: Path) -> None:
+    if config.moe is not None or config.mla is not None:
+        return check_gguf_matches_moe(config, weights, path)
     reader = gguf.GGUFReader(str(path))
     hf_name_by_gguf = {tiny_models.gguf_tensor_name(name): name for name in weights}
     seen = set()
@@ -247,9 +376,14 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
     gguf_sha256 = hashlib.sha256((tmp / gguf_name).read_bytes()).hexdigest()
     check_gguf_matches(config, dtype, weights, tmp / gguf_name)
 
-    model = build_hf_model(config, weights)
-    check_rope_pairing(config, model, weights)
-    check_rope_freqs(config, model)
+    moe = config.moe is not None or config.mla is not None
+    if moe:
+        folder = tiny_models.write_hf_folder(config.name, dtype, tmp / f"{config.name}.hf")
+        model = build_hf_moe_model(config, weights, folder)
+    else:
+        model = build_hf_model(config, weights)
+        check_rope_pairing(config, model, weights)
+        check_rope_freqs(config, model)
     ids = tiny_models.input_token_ids(config)
     logits = run_logits(model, ids)
     # How exact is the float32 golden itself? Compare with the same model in float64.
@@ -269,14 +403,27 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
         "float32_vs_float64_max_abs_diff": f32_error,
         "hf_inv_freq": [float(f) for f in rotary.inv_freq.to(torch.float64)],
         "hf_attention_scaling": float(rotary.attention_scaling),
-        "tolerance": tolerance_rule(dtype),
+        "tolerance": tolerance_rule(dtype, moe),
     }
+    if moe:
+        entry["absolute_tolerance"] = ABSOLUTE_TOLERANCE
+        entry["hf_model_type"] = config.hf_model_type
+        if config.moe is not None:
+            margin = routing_margin(config, model.to(torch.float32), ids)
+            entry["min_routing_margin"] = margin
+            if margin < MIN_ROUTING_MARGIN:
+                raise AssertionError(f"{config.name}: routing margin {margin:.2e} is below "
+                                     f"{MIN_ROUTING_MARGIN}; pick another seed")
+        return entry
     if config.rope_scaling and dtype == "f32":
         entry["scaling_effect"] = scaling_effect(config, weights, ids, logits)
     return entry
 
 
-def tolerance_rule(dtype: str) -> str:
+def tolerance_rule(dtype: str, moe: bool = False) -> str:
+    if moe:
+        return (f"max |logit - golden| <= {ABSOLUTE_TOLERANCE:g} with an f32 cache "
+                f"({RELATIVE_TOLERANCE:g} * max_abs_logit with an f16 cache)")
     rule = f"max |logit - golden| <= {RELATIVE_TOLERANCE:g} * max_abs_logit"
     if dtype == "f16":
         rule += (" when F16 weights are widened to f32 and activations stay f32 (the golden uses the "
@@ -299,24 +446,41 @@ def scaling_effect(config: TinyConfig, weights, ids, logits) -> dict:
 
 
 def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/logits")
+    """make_hf_logits_goldens.py [OUT_DIR] [--only NAME ...]: --only regenerates those configs'
+    entries and keeps the manifest's others (goldens computed on another CPU stay put)."""
+    args = sys.argv[1:]
+    only = set()
+    if "--only" in args:
+        at = args.index("--only")
+        only, args = set(args[at + 1:]), args[:at]
+    out = Path(args[0] if args else "tests/golden/logits")
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(2)
     entries = []
+    kept = []
+    if only:
+        previous = json.loads((out / "manifest.json").read_text())
+        kept = [e for e in previous["entries"] if e["config"] not in only]
     with tempfile.TemporaryDirectory() as tmp:
         for config in tiny_models.CONFIGS:
-            for dtype in tiny_models.DTYPES:
+            if only and config.name not in only:
+                continue
+            for dtype in config.dtypes:
                 entry = make_one(config, dtype, out, Path(tmp))
                 entries.append(entry)
                 print(f"{entry['logits_file']}: max|logit| {entry['max_abs_logit']:.3f}, "
                       f"min top-2 gap {entry['min_top1_top2_gap']:.4f}, "
-                      f"f32 vs f64 {entry['float32_vs_float64_max_abs_diff']:.2e}")
+                      f"f32 vs f64 {entry['float32_vs_float64_max_abs_diff']:.2e}"
+                      + (f", routing margin {entry['min_routing_margin']:.2e}"
+                         if "min_routing_margin" in entry else ""))
     f32 = {e["config"]: e for e in entries if e["dtype"] == "f32"}
     for e in entries:
         if e["dtype"] == "f16":
             golden32 = np.fromfile(out / f32[e["config"]]["logits_file"], dtype="<f4")
             golden16 = np.fromfile(out / e["logits_file"], dtype="<f4")
             e["max_abs_diff_vs_f32_golden"] = float(np.abs(golden32 - golden16).max())
+    order = {config.name: i for i, config in enumerate(tiny_models.CONFIGS)}
+    entries = sorted(kept + entries, key=lambda e: (order[e["config"]], e["dtype"] != "f32"))
     manifest = {
         "generator": "tools/make_hf_logits_goldens.py (weights and GGUF files: tools/tiny_models.py)",
         "format": "little-endian float32, row-major [num_tokens, vocab_size], positions 0..num_tokens-1",
@@ -327,7 +491,7 @@ def main() -> None:
         "entries": entries,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {len(entries)} golden logits files and manifest.json to {out}")
+    print(f"wrote {len(entries)} golden logits entries and manifest.json to {out}")
 
 
 def _gguf_version() -> str:

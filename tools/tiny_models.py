@@ -66,6 +66,19 @@ class TinyConfig:
     # Hugging Face-style rope_scaling dict (rope_type: "linear", "llama3" or "yarn") or None.
     rope_scaling: dict | None = field(default=None, hash=False)
     description: str = ""
+    # config.json's model_type when it is not the GGUF architecture's usual one (deepseek_v2,
+    # deepseek_v3, kimi_k2, mixtral).
+    model_type: str | None = None
+    # Multi-head Latent Attention (arch deepseek2): q_lora_rank (0: none), kv_lora_rank,
+    # qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+    mla: dict | None = field(default=None, hash=False)
+    # Experts: num_experts, experts_per_token, expert_ffn, shared_experts, first_dense,
+    # n_group, topk_group, routed_scaling_factor, norm_topk_prob (DeepSeek's config names).
+    moe: dict | None = field(default=None, hash=False)
+    dtypes: tuple = ("f32", "f16")
+    # deepseek2 GGUF: llama.cpp's current layout (attn_k_b / attn_v_b, one latent KV head) or
+    # the older one (attn_kv_b).
+    gguf_split_kv_b: bool = True
 
     @property
     def head_size(self) -> int:
@@ -77,12 +90,25 @@ class TinyConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.arch == "qwen3"
+        return self.arch in ("qwen3", "qwen3moe")
 
     @property
     def gguf_rope_layout(self) -> str:
-        """'normal' (adjacent pairs, Q/K rows permuted in the file) or 'neox' (pairs j, j+D/2)."""
+        """'normal' (adjacent pairs, Q/K rows permuted in the file) or 'neox' (pairs j, j+D/2).
+        (deepseek2 rotates adjacent pairs too, but its weights are stored unpermuted.)"""
         return "normal" if self.arch == "llama" else "neox"
+
+    @property
+    def hf_model_type(self) -> str:
+        return self.model_type or {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+                                   "qwen3moe": "qwen3_moe"}[self.arch]
+
+    @property
+    def deepseek(self) -> bool:
+        return self.arch == "deepseek2"
+
+    def has_experts(self, layer: int) -> bool:
+        return self.moe is not None and layer >= self.moe.get("first_dense", 0)
 
 
 CONFIGS: list[TinyConfig] = [
@@ -123,6 +149,67 @@ CONFIGS: list[TinyConfig] = [
         name="qwen3_qknorm", arch="qwen3", seed=107, vocab_size=312, ffn_size=160,
         num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=1e6, rms_eps=1e-6,
         description="qwen3, per-head Q/K RMSNorm, head_dim 32 != hidden/heads 16, untied"),
+]
+
+
+# Mixture-of-Experts and MLA shapes: f32 only (the goldens check max |delta| <= 1e-4 with an
+# f32 cache). Router weights are drawn wider than the rest so that every token's choice is
+# clear-cut (make_hf_logits_goldens.py checks the margin).
+_MLA = dict(q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+            v_head_dim=16)
+CONFIGS += [
+    TinyConfig(
+        name="deepseek_v3_groups", arch="deepseek2", model_type="deepseek_v3", seed=111,
+        vocab_size=280, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
+        mla=_MLA,
+        moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, shared_experts=1,
+                 first_dense=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                 norm_topk_prob=True),
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        description="DeepSeek-V3 shape: MLA with q_lora, sigmoid router with selection bias, "
+                    "4 expert groups of which 2 are used, 1 shared expert, 1 dense lead layer, "
+                    "YaRN with mscale = mscale_all_dim = 1"),
+    TinyConfig(
+        name="deepseek_v2_lite", arch="deepseek2", model_type="deepseek_v2", seed=130,
+        vocab_size=264, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
+        mla={**_MLA, "q_lora_rank": 0}, gguf_split_kv_b=False,
+        moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, shared_experts=2,
+                 first_dense=1, routed_scaling_factor=1.0, norm_topk_prob=False),
+        description="DeepSeek-V2-Lite shape: MLA without q_lora, softmax router, greedy top-2, "
+                    "2 shared experts, 1 dense lead layer; GGUF with llama.cpp's older attn_kv_b"),
+    TinyConfig(
+        name="kimi_k2_tiny", arch="deepseek2", model_type="kimi_k2", seed=113,
+        vocab_size=272, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
+        rope_theta=50000.0, mla=_MLA, context_length=512,
+        moe=dict(num_experts=16, experts_per_token=4, expert_ffn=16, shared_experts=1,
+                 first_dense=1, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+                 norm_topk_prob=True),
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 16,
+                      "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        description="Kimi-K2 shape scaled down: 1 dense lead layer, 1 shared expert, sigmoid + "
+                    "bias, n_group 1, routed scale 2.827, 16 experts top-4, YaRN factor 32"),
+    TinyConfig(
+        name="moonlight_tiny", arch="deepseek2", model_type="deepseek_v3", seed=114,
+        vocab_size=288, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
+        mla={**_MLA, "q_lora_rank": 0},
+        moe=dict(num_experts=8, experts_per_token=3, expert_ffn=24, shared_experts=2,
+                 first_dense=1, n_group=1, topk_group=1, routed_scaling_factor=2.446,
+                 norm_topk_prob=True),
+        description="Moonlight-16B-A3B shape: DeepSeek-V3 routing, no q_lora, 2 shared experts, "
+                    "top-3 of 8"),
+    TinyConfig(
+        name="mixtral_tiny", arch="llama", model_type="mixtral", seed=115, vocab_size=276,
+        num_layers=2, ffn_size=64, num_heads=4, num_kv_heads=2, dtypes=("f32",),
+        moe=dict(num_experts=4, experts_per_token=2, expert_ffn=64, router_std=2.0),
+        description="Mixtral: llama attention (GQA), 4 experts top-2, softmax renormalised"),
+    TinyConfig(
+        name="qwen3_moe_tiny", arch="qwen3moe", seed=116, vocab_size=292, num_layers=2,
+        ffn_size=96, num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=1e6, rms_eps=1e-6,
+        dtypes=("f32",),
+        moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, norm_topk_prob=True,
+                 router_std=2.0),
+        description="Qwen3-MoE: QK-norm attention, 8 experts top-2, norm_topk_prob"),
 ]
 
 CONFIGS_BY_NAME = {config.name: config for config in CONFIGS}
@@ -188,6 +275,8 @@ def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
 
     w: dict[str, np.ndarray] = {}
     w["model.embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, hidden)
+    if config.moe is not None or config.mla is not None:
+        return _random_moe_weights(config, w, normal, norm)
     for layer in range(config.num_layers):
         p = f"model.layers.{layer}."
         w[p + "input_layernorm.weight"] = norm(hidden)
@@ -206,6 +295,73 @@ def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
         w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
         w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
         w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
+    w["model.norm.weight"] = norm(hidden)
+    if not config.tied_embeddings:
+        w["lm_head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
+    return w
+
+
+ROUTER_STD = 0.5
+SELECTION_BIAS_STD = 0.05
+
+
+def _random_moe_weights(config: TinyConfig, w: dict, normal, norm) -> dict[str, np.ndarray]:
+    """The MoE / MLA models' weights in their released checkpoints' layout: one tensor per
+    expert (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1/w3/w2)."""
+    hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        w[p + "input_layernorm.weight"] = norm(hidden)
+        if config.mla is not None:
+            m = config.mla
+            qk_head = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+            if m["q_lora_rank"]:
+                w[p + "self_attn.q_a_proj.weight"] = normal(QK_STD, m["q_lora_rank"], hidden)
+                w[p + "self_attn.q_a_layernorm.weight"] = norm(m["q_lora_rank"])
+                w[p + "self_attn.q_b_proj.weight"] = normal(QK_STD, config.num_heads * qk_head,
+                                                            m["q_lora_rank"])
+            else:
+                w[p + "self_attn.q_proj.weight"] = normal(QK_STD, config.num_heads * qk_head, hidden)
+            w[p + "self_attn.kv_a_proj_with_mqa.weight"] = normal(
+                QK_STD, m["kv_lora_rank"] + m["qk_rope_head_dim"], hidden)
+            w[p + "self_attn.kv_a_layernorm.weight"] = norm(m["kv_lora_rank"])
+            w[p + "self_attn.kv_b_proj.weight"] = normal(
+                QK_STD, config.num_heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
+                m["kv_lora_rank"])
+            w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden,
+                                                      config.num_heads * m["v_head_dim"])
+        else:
+            q_size, kv_size = config.num_heads * head, config.num_kv_heads * head
+            w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
+            w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
+            w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
+            if config.qk_norm:
+                w[p + "self_attn.q_norm.weight"] = norm(head)
+                w[p + "self_attn.k_norm.weight"] = norm(head)
+            w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
+        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        if not config.has_experts(layer):
+            w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+            w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+            w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
+            continue
+        moe = config.moe
+        experts, expert_ffn = moe["num_experts"], moe["expert_ffn"]
+        mixtral = config.hf_model_type == "mixtral"
+        block = p + ("block_sparse_moe." if mixtral else "mlp.")
+        w[block + "gate.weight"] = normal(moe.get("router_std", ROUTER_STD), experts, hidden)
+        if config.hf_model_type in ("deepseek_v3", "kimi_k2"):
+            w[block + "gate.e_score_correction_bias"] = normal(SELECTION_BIAS_STD, experts)
+        for e in range(experts):
+            names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+            w[f"{block}experts.{e}.{names[0]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
+            w[f"{block}experts.{e}.{names[1]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
+            w[f"{block}experts.{e}.{names[2]}.weight"] = normal(OTHER_STD, hidden, expert_ffn)
+        if moe.get("shared_experts"):
+            shared = moe["shared_experts"] * expert_ffn
+            w[block + "shared_experts.gate_proj.weight"] = normal(OTHER_STD, shared, hidden)
+            w[block + "shared_experts.up_proj.weight"] = normal(OTHER_STD, shared, hidden)
+            w[block + "shared_experts.down_proj.weight"] = normal(OTHER_STD, hidden, shared)
     w["model.norm.weight"] = norm(hidden)
     if not config.tied_embeddings:
         w["lm_head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
@@ -231,7 +387,23 @@ _LAYER_TENSOR_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
 }
+# Per-expert tensors (<block>.experts.E.<name>) stack into one GGUF tensor per layer.
+_EXPERT_TENSOR_NAMES = {"gate_proj": "ffn_gate_exps.weight", "w1": "ffn_gate_exps.weight",
+                        "up_proj": "ffn_up_exps.weight", "w3": "ffn_up_exps.weight",
+                        "down_proj": "ffn_down_exps.weight", "w2": "ffn_down_exps.weight"}
 _GLOBAL_TENSOR_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
     "model.norm.weight": "output_norm.weight",
@@ -266,27 +438,62 @@ def unpermute_rows_from_gguf(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return split.swapaxes(1, 2).reshape(weight.shape)                   # [head, half, j, ...]
 
 
+def _expert_parts(hf_name: str) -> tuple[int, int, str] | None:
+    """(layer, expert, GGUF stacked name) of a per-expert tensor, else None."""
+    parts = hf_name.split(".")
+    if "experts" in parts and parts[-1] == "weight" and parts[-3].isdigit():
+        return int(parts[2]), int(parts[-3]), _EXPERT_TENSOR_NAMES[parts[-2]]
+    return None
+
+
 def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
     """GGUF name -> array as stored (F16 or F32), in llama.cpp's layout. Arrays keep the numpy
     [rows, cols] = [out, in] shape; GGUF lists dimensions innermost first, so the file says
-    [in, out] (e.g. token_embd is [hidden, vocab])."""
+    [in, out] (e.g. token_embd is [hidden, vocab]). Experts stack as [experts, rows, cols]
+    (GGUF [cols, rows, experts]); deepseek2's kv_b splits per head into attn_k_b [heads,
+    kv_lora, nope] (W_UK transposed) and attn_v_b [heads, v, kv_lora] as llama.cpp's converter
+    does, unless the config asks for the older attn_kv_b."""
     out: dict[str, np.ndarray] = {}
+    stacks: dict[str, dict[int, np.ndarray]] = {}
     for hf_name, array in hf_weights(config, "f32").items():
+        expert = _expert_parts(hf_name)
+        if expert is not None:
+            layer, index, stacked = expert
+            stacks.setdefault(f"blk.{layer}.{stacked}", {})[index] = array
+            continue
+        if hf_name.endswith("kv_b_proj.weight") and config.gguf_split_kv_b:
+            m, heads = config.mla, config.num_heads
+            per_head = array.reshape(heads, m["qk_nope_head_dim"] + m["v_head_dim"],
+                                     m["kv_lora_rank"])
+            prefix = gguf_tensor_name(hf_name).removesuffix("attn_kv_b.weight")
+            for name, part in ((prefix + "attn_k_b.weight",
+                                per_head[:, :m["qk_nope_head_dim"], :].transpose(0, 2, 1)),
+                               (prefix + "attn_v_b.weight", per_head[:, m["qk_nope_head_dim"]:, :])):
+                out[name] = _stored(np.ascontiguousarray(part), dtype)
+            continue
         name = gguf_tensor_name(hf_name)
         if config.gguf_rope_layout == "normal":
             if name.endswith(("attn_q.weight", "attn_q.bias")):
                 array = permute_rows_for_gguf(array, config.num_heads)
             elif name.endswith(("attn_k.weight", "attn_k.bias")):
                 array = permute_rows_for_gguf(array, config.num_kv_heads)
-        if dtype == "f16" and array.ndim == 2:
-            array = array.astype(np.float16)
-        elif dtype == "q8_0" and array.ndim == 2:  # the gguf package's quantizer
-            array = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
-        out[name] = np.ascontiguousarray(array)
+        out[name] = _stored(array, dtype)
+    for name, experts in stacks.items():
+        out[name] = _stored(np.stack([experts[e] for e in range(len(experts))]), dtype)
     freqs = rope_freqs_factors(config)
     if freqs is not None:
         out["rope_freqs.weight"] = freqs
     return out
+
+
+def _stored(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A weight as the GGUF file stores it: matrices (and stacks of them) in F16 or Q8_0 (the
+    gguf package's quantizer) when asked, vectors always F32."""
+    if dtype == "f16" and array.ndim >= 2:
+        array = array.astype(np.float16)
+    elif dtype == "q8_0" and array.ndim >= 2:
+        array = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
+    return np.ascontiguousarray(array)
 
 
 def rope_freqs_factors(config: TinyConfig) -> np.ndarray | None:
@@ -407,12 +614,57 @@ def _add_rope_scaling_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> N
         raise ValueError(f"unknown rope_type '{kind}'")
 
 
+def _add_latent_attention_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> None:
+    """deepseek2's MLA keys as llama.cpp's converter writes them: with split attn_k_b /
+    attn_v_b, one KV head whose key is the latent + rope part and whose value is the latent,
+    the per-head sizes in *_mla; the older layout gives the per-head sizes directly."""
+    m = config.mla
+    writer.add_q_lora_rank(m["q_lora_rank"])
+    writer.add_kv_lora_rank(m["kv_lora_rank"])
+    writer.add_rope_dimension_count(m["qk_rope_head_dim"])
+    qk_head = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+    if config.gguf_split_kv_b:
+        writer.add_head_count_kv(1)
+        writer.add_key_length(m["kv_lora_rank"] + m["qk_rope_head_dim"])
+        writer.add_value_length(m["kv_lora_rank"])
+        writer.add_key_length_mla(qk_head)
+        writer.add_value_length_mla(m["v_head_dim"])
+    else:
+        writer.add_head_count_kv(config.num_heads)
+        writer.add_key_length(qk_head)
+        writer.add_value_length(m["v_head_dim"])
+    scaling = config.rope_scaling
+    if scaling and scaling.get("mscale_all_dim"):
+        writer.add_rope_scaling_yarn_log_mul(0.1 * scaling["mscale_all_dim"])
+
+
+def _add_experts_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> None:
+    moe = config.moe
+    writer.add_expert_count(moe["num_experts"])
+    writer.add_expert_used_count(moe["experts_per_token"])
+    if config.hf_model_type == "mixtral":
+        return  # the experts are feed_forward_length wide
+    writer.add_expert_feed_forward_length(moe["expert_ffn"])
+    if not config.deepseek:
+        return
+    writer.add_leading_dense_block_count(moe.get("first_dense", 0))
+    writer.add_expert_shared_count(moe.get("shared_experts", 0))
+    writer.add_expert_weights_scale(moe.get("routed_scaling_factor", 1.0))
+    writer.add_expert_weights_norm(moe.get("norm_topk_prob", False))
+    v3 = config.hf_model_type != "deepseek_v2"
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if v3
+                                  else gguf.ExpertGatingFuncType.SOFTMAX)
+    if moe.get("n_group", 1) > 1:
+        writer.add_expert_group_count(moe["n_group"])
+        writer.add_expert_group_used_count(moe["topk_group"])
+
+
 def write_model(name: str, dtype: str, path: str | Path) -> Path:
     """Writes tiny model `name` ("f32", "f16", or "q8_0": every matrix quantized by the gguf
     package, for the --quantize test) as a GGUF file at `path`."""
     config = get_config(name)
-    if dtype not in DTYPES + ("q8_0",):
-        raise ValueError(f"dtype '{dtype}', expected one of {DTYPES + ('q8_0',)}")
+    if dtype not in config.dtypes + ("q8_0",):
+        raise ValueError(f"dtype '{dtype}', expected one of {config.dtypes + ('q8_0',)}")
     path = Path(path)
     writer = gguf.GGUFWriter(str(path), arch=config.arch)
     writer.add_name(f"tachyon-tiny-{config.name}")
@@ -424,15 +676,21 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.add_block_count(config.num_layers)
     writer.add_feed_forward_length(config.ffn_size)
     writer.add_head_count(config.num_heads)
-    writer.add_head_count_kv(config.num_kv_heads)
-    if config.head_size != config.hidden_size // config.num_heads:
-        writer.add_key_length(config.head_size)
-        writer.add_value_length(config.head_size)
+    if config.mla is None:  # (this order keeps the dense files' bytes, and so their sha256)
+        writer.add_head_count_kv(config.num_kv_heads)
+        if config.head_size != config.hidden_size // config.num_heads:
+            writer.add_key_length(config.head_size)
+            writer.add_value_length(config.head_size)
     writer.add_rope_freq_base(config.rope_theta)
-    writer.add_rope_dimension_count(config.head_size)
+    if config.mla is None:
+        writer.add_rope_dimension_count(config.head_size)
     writer.add_layer_norm_rms_eps(config.rms_eps)
     writer.add_vocab_size(config.vocab_size)
     _add_rope_scaling_metadata(writer, config)
+    if config.mla is not None:
+        _add_latent_attention_metadata(writer, config)
+    if config.moe is not None:
+        _add_experts_metadata(writer, config)
 
     tokens, merges, types = tokenizer_vocabulary(config.vocab_size)
     writer.add_tokenizer_model("gpt2")
@@ -456,10 +714,14 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
 
 
 def hf_config_json(config: TinyConfig, dtype: str) -> dict:
-    """config.json as transformers writes it for this model's architecture."""
-    model_type = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[config.arch]
+    """config.json as transformers writes it for this model's architecture (as the released
+    checkpoints write it for deepseek_v2 / deepseek_v3 / kimi_k2 / mixtral / qwen3_moe)."""
+    model_type = config.hf_model_type
     architecture = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                    "qwen3": "Qwen3ForCausalLM"}[config.arch]
+                    "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                    "mixtral": "MixtralForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+                    "deepseek_v3": "DeepseekV3ForCausalLM",
+                    "kimi_k2": "DeepseekV3ForCausalLM"}[model_type]
     out = {"architectures": [architecture], "model_type": model_type,
            "hidden_size": config.hidden_size, "intermediate_size": config.ffn_size,
            "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
@@ -470,6 +732,29 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
            "torch_dtype": "float16" if dtype == "f16" else "float32"}
     if config.rope_scaling:
         out["rope_scaling"] = dict(config.rope_scaling)
+    moe = config.moe
+    if config.mla is not None:
+        del out["head_dim"]
+        out.update({key: value or None for key, value in config.mla.items()})
+        out.update(attention_bias=False, n_routed_experts=moe["num_experts"],
+                   num_experts_per_tok=moe["experts_per_token"],
+                   moe_intermediate_size=moe["expert_ffn"],
+                   n_shared_experts=moe.get("shared_experts", 0),
+                   first_k_dense_replace=moe.get("first_dense", 0),
+                   norm_topk_prob=moe.get("norm_topk_prob", False),
+                   routed_scaling_factor=moe.get("routed_scaling_factor", 1.0), moe_layer_freq=1)
+        if model_type == "deepseek_v2":
+            out.update(topk_method="greedy", scoring_func="softmax", n_group=None, topk_group=None)
+        else:
+            out.update(topk_method="noaux_tc", scoring_func="sigmoid", n_group=moe["n_group"],
+                       topk_group=moe["topk_group"])
+    elif model_type == "mixtral":
+        out.update(num_local_experts=moe["num_experts"], num_experts_per_tok=moe["experts_per_token"])
+        del out["head_dim"]
+    elif model_type == "qwen3_moe":
+        out.update(num_experts=moe["num_experts"], num_experts_per_tok=moe["experts_per_token"],
+                   moe_intermediate_size=moe["expert_ffn"], norm_topk_prob=moe["norm_topk_prob"],
+                   decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False)
     return out
 
 
@@ -600,7 +885,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     for config in CONFIGS:
-        for dtype in DTYPES:
+        for dtype in config.dtypes:
             path = write_model(config.name, dtype, out / gguf_file_name(config.name, dtype))
             print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
 

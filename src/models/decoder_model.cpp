@@ -1,5 +1,6 @@
 #include "models/decoder_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include "core/check.h"
 #include "kernels/cpu/llamacpp_arithmetic.h"
 #include "kernels/reference/dequantize.h"
+#include "models/expert_router.h"
 #include "models/layers.h"
 
 namespace tachyon {
@@ -34,6 +36,9 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
 
 Status DecoderModel::set_numerics(Numerics numerics) {
   if (numerics == Numerics::kLlamaCpp) {
+    if (config_.mla.enabled() || config_.moe.enabled()) {
+      return unsupported("llama.cpp numerics cover dense models without MLA");
+    }
     if (config_.rope.scaling == RopeScaling::kYarn) {
       return unsupported("llama.cpp numerics do not cover YaRN-scaled RoPE");
     }
@@ -191,6 +196,17 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
 }
 
 AttentionShape DecoderModel::attention_shape() const {
+  if (config_.mla.enabled()) {
+    // Scores are q·k over the nope and rope dimensions of each head, however computed.
+    const LatentAttentionConfig& mla = config_.mla;
+    double scale = 1.0 / std::sqrt(static_cast<double>(mla.qk_head_dim()));
+    const double factor = config_.rope.scaling_factor;
+    if (config_.rope.scaling == RopeScaling::kYarn && mla.softmax_mscale != 0 && factor > 1) {
+      const double m = 0.1 * mla.softmax_mscale * std::log(factor) + 1.0;
+      scale *= m * m;
+    }
+    return AttentionShape{config_.num_heads, 1, mla.latent_size(), static_cast<float>(scale)};
+  }
   return AttentionShape{config_.num_heads, config_.num_kv_heads, config_.head_size,
                         1.0f / std::sqrt(static_cast<float>(config_.head_size))};
 }
@@ -207,15 +223,43 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens st
   w.value.resize(static_cast<int64_t>(num_tokens) * config_.kv_size());
   w.attention.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
   w.projected.resize(num_tokens * hidden);
-  w.gate.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
-  w.up.resize(static_cast<int64_t>(num_tokens) * config_.ffn_size);
+  const MixtureOfExpertsConfig& moe = config_.moe;
+  const int64_t ffn = std::max({config_.ffn_size, moe.expert_ffn_size, moe.shared_ffn_size});
+  w.gate.resize(num_tokens * ffn);
+  w.up.resize(num_tokens * ffn);
+  if (config_.mla.enabled()) {
+    const LatentAttentionConfig& mla = config_.mla;
+    w.query_a.resize(static_cast<int64_t>(num_tokens) * mla.q_lora_rank);
+    w.query_heads.resize(static_cast<int64_t>(num_tokens) * config_.num_heads * mla.qk_head_dim());
+    w.latent.resize(static_cast<int64_t>(num_tokens) * mla.latent_size());
+    w.head_input.resize(static_cast<int64_t>(num_tokens) *
+                        std::max(mla.qk_nope_head_dim, mla.kv_lora_rank));
+    w.head_output.resize(static_cast<int64_t>(num_tokens) *
+                         std::max(mla.kv_lora_rank, mla.v_head_dim));
+    w.head_values.resize(static_cast<int64_t>(num_tokens) * config_.num_heads * mla.v_head_dim);
+  }
+  if (moe.enabled()) {
+    w.router_logits.resize(static_cast<int64_t>(num_tokens) * moe.num_experts);
+    w.chosen_experts.resize(static_cast<size_t>(num_tokens) * moe.experts_per_token);
+    w.expert_weights.resize(static_cast<size_t>(num_tokens) * moe.experts_per_token);
+    w.expert_input.resize(num_tokens * hidden);
+    w.expert_output.resize(num_tokens * hidden);
+  }
   rope_.compute_angles(w.positions, w.rope_cos, w.rope_sin);
 
   embed(tokens, w.residual.data());
   for (int i = 0; i < config_.num_layers; ++i) {
-    attention_block(weights_.layers[i], i, num_tokens, i > 0, store, prefetch_store, attend,
-                    pool);
-    feed_forward_block(weights_.layers[i], num_tokens, pool);
+    const LayerWeights& layer = weights_.layers[i];
+    if (config_.mla.enabled()) {
+      latent_attention_block(layer, i, num_tokens, i > 0, store, attend, pool);
+    } else {
+      attention_block(layer, i, num_tokens, i > 0, store, prefetch_store, attend, pool);
+    }
+    if (layer.has_experts) {
+      expert_feed_forward_block(layer, num_tokens, pool);
+    } else {
+      feed_forward_block(layer, num_tokens, pool);
+    }
   }
   add_residual(num_tokens, pool);  // the last feed-forward block's output
 }
@@ -371,6 +415,184 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   }
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
   multiply(down, w.gate.data(), num_tokens, pool);
+}
+
+void DecoderModel::multiply_head(const kernels::WeightMatrix& w, const float* x,
+                                 int64_t x_stride, int num_tokens, float* out,
+                                 int64_t out_stride, ThreadPool& pool) {
+  Workspace& ws = workspace_;
+  for (int t = 0; t < num_tokens; ++t) {
+    std::memcpy(ws.head_input.data() + t * w.cols, x + t * x_stride, w.cols * sizeof(float));
+  }
+  kernels::matmul(w, ws.head_input.data(), num_tokens, ws.head_output.data(), pool);
+  for (int t = 0; t < num_tokens; ++t) {
+    std::memcpy(out + t * out_stride, ws.head_output.data() + t * w.rows, w.rows * sizeof(float));
+  }
+}
+
+void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_index,
+                                          int num_tokens, bool add_projected, StoreTokens store,
+                                          Attend attend, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const LatentAttentionWeights& weights = layer.mla;
+  const LatentAttentionConfig& mla = config_.mla;
+  const int heads = config_.num_heads;
+  const int64_t latent_size = mla.latent_size();
+  const int64_t query_stride = static_cast<int64_t>(heads) * mla.qk_head_dim();
+  const int64_t absorbed_stride = static_cast<int64_t>(heads) * latent_size;
+  // The queries (or their low-rank first half) and each token's latent from the normed input.
+  const bool low_rank_query = mla.q_lora_rank > 0;
+  const kernels::MatmulProduct first[] = {
+      low_rank_query ? kernels::MatmulProduct{&weights.query_a, w.query_a.data()}
+                     : kernels::MatmulProduct{&weights.query, w.query_heads.data()},
+      {&weights.kv_a, w.latent.data()}};
+  add_and_normalize(layer.attention_norm, add_projected, first, num_tokens, pool);
+  multiply_normed(first, num_tokens, pool);
+  if (low_rank_query) {
+    for_token_ranges(num_tokens, pool, [&](int begin, int end) {
+      for (int t = begin; t < end; ++t) {
+        float* row = w.query_a.data() + static_cast<int64_t>(t) * mla.q_lora_rank;
+        rms_norm(row, weights.query_a_norm, mla.q_lora_rank, mla.latent_norm_epsilon, row);
+      }
+    });
+    const kernels::MatmulProduct query_b[] = {{&weights.query_b, w.query_heads.data()}};
+    multiply(query_b, w.query_a.data(), num_tokens, pool);
+  }
+  // Per token: the cached row is the normalised latent then its rotated shared key part (the
+  // value rows the same: attention's output latent is what W_UV reads); each head's query gets
+  // its rotated part after the latent dimensions its absorbed part will fill.
+  const int pairs = mla.qk_rope_head_dim / 2;
+  for_token_ranges(num_tokens, pool, [&](int begin, int end) {
+    for (int t = begin; t < end; ++t) {
+      const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
+      const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
+      const float* latent = w.latent.data() + t * latent_size;
+      float* key = w.key.data() + t * latent_size;
+      rms_norm(latent, weights.kv_a_norm, mla.kv_lora_rank, mla.latent_norm_epsilon, key);
+      std::memcpy(key + mla.kv_lora_rank, latent + mla.kv_lora_rank,
+                  mla.qk_rope_head_dim * sizeof(float));
+      rope_.rotate(key + mla.kv_lora_rank, 1, cos_row, sin_row);
+      std::memcpy(w.value.data() + t * latent_size, key, latent_size * sizeof(float));
+      for (int h = 0; h < heads; ++h) {
+        float* rotary = w.query.data() + t * absorbed_stride + h * latent_size + mla.kv_lora_rank;
+        std::memcpy(rotary,
+                    w.query_heads.data() + t * query_stride + h * mla.qk_head_dim() +
+                        mla.qk_nope_head_dim,
+                    mla.qk_rope_head_dim * sizeof(float));
+        rope_.rotate(rotary, 1, cos_row, sin_row);
+      }
+      store(layer_index, t, t + 1);
+    }
+  });
+  // Absorption: head h's query in latent space is W_UK_h^T q_nope_h.
+  for (int h = 0; h < heads; ++h) {
+    multiply_head(weights.key_absorb[h], w.query_heads.data() + h * mla.qk_head_dim(),
+                  query_stride, num_tokens, w.query.data() + h * latent_size, absorbed_stride,
+                  pool);
+  }
+  attend(layer_index);
+  // Each head's output latent (the first kv_lora_rank of its attention row) through W_UV_h.
+  const int64_t values_stride = static_cast<int64_t>(heads) * mla.v_head_dim;
+  for (int h = 0; h < heads; ++h) {
+    multiply_head(weights.value_up[h], w.attention.data() + h * latent_size, absorbed_stride,
+                  num_tokens, w.head_values.data() + h * mla.v_head_dim, values_stride, pool);
+  }
+  const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
+  multiply(output, w.head_values.data(), num_tokens, pool);
+}
+
+void DecoderModel::swiglu_feed_forward(const kernels::WeightMatrix& gate,
+                                       const kernels::WeightMatrix& up,
+                                       const kernels::WeightMatrix& down, const float* input,
+                                       int num_tokens, float* out, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int64_t ffn = gate.rows;
+  auto swiglu_rows = [&](int64_t begin, int64_t end) {
+    for (int t = 0; t < num_tokens; ++t) {
+      float* g = w.gate.data() + t * ffn + begin;
+      swiglu(g, w.up.data() + t * ffn + begin, end - begin, g);
+    }
+  };
+  const kernels::RowEpilogue epilogue(swiglu_rows);
+  const kernels::MatmulProduct gate_up[] = {{&gate, w.gate.data()}, {&up, w.up.data()}};
+  kernels::matmul_many(gate_up, input, num_tokens, pool, &epilogue);
+  kernels::matmul(down, w.gate.data(), num_tokens, out, pool);
+}
+
+void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_tokens,
+                                             ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const ExpertWeights& experts = layer.experts;
+  const MixtureOfExpertsConfig& moe = config_.moe;
+  const int64_t hidden = config_.hidden_size;
+  const int k = moe.experts_per_token;
+  const bool shared = moe.shared_ffn_size > 0;
+  // The router's logits and, for every token, the shared experts (SwiGLU as the products'
+  // epilogue, as in feed_forward_block).
+  std::vector<kernels::MatmulProduct> consumers = {{&experts.router, w.router_logits.data()}};
+  if (shared) {
+    consumers.push_back({&experts.shared_gate, w.gate.data()});
+    consumers.push_back({&experts.shared_up, w.up.data()});
+  }
+  add_and_normalize(layer.ffn_norm, true, consumers, num_tokens, pool);
+  multiply_normed(std::span(consumers).first(1), num_tokens, pool);
+  if (shared) {
+    const int64_t ffn = moe.shared_ffn_size;
+    auto swiglu_rows = [&](int64_t begin, int64_t end) {
+      for (int t = 0; t < num_tokens; ++t) {
+        float* gate = w.gate.data() + t * ffn + begin;
+        swiglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
+      }
+    };
+    const kernels::RowEpilogue epilogue(swiglu_rows);
+    multiply_normed(std::span(consumers).subspan(1), num_tokens, pool, &epilogue);
+    kernels::matmul(experts.shared_down, w.gate.data(), num_tokens, w.projected.data(), pool);
+  } else {
+    std::fill_n(w.projected.begin(), num_tokens * hidden, 0.0f);
+  }
+  // Each token's experts, then the tokens grouped per expert, in token order.
+  const ExpertRouter router(moe);
+  for_token_ranges(num_tokens, pool, [&](int begin, int end) {
+    for (int t = begin; t < end; ++t) {
+      router.route(w.router_logits.data() + static_cast<int64_t>(t) * moe.num_experts,
+                   experts.selection_bias, w.chosen_experts.data() + t * k,
+                   w.expert_weights.data() + t * k);
+    }
+  });
+  w.expert_offsets.assign(moe.num_experts + 1, 0);
+  for (int i = 0; i < num_tokens * k; ++i) ++w.expert_offsets[w.chosen_experts[i] + 1];
+  for (int e = 0; e < moe.num_experts; ++e) w.expert_offsets[e + 1] += w.expert_offsets[e];
+  w.expert_tokens.resize(static_cast<size_t>(num_tokens) * k);
+  w.expert_token_weights.resize(static_cast<size_t>(num_tokens) * k);
+  {
+    std::vector<int> next(w.expert_offsets.begin(), w.expert_offsets.end() - 1);
+    for (int t = 0; t < num_tokens; ++t) {
+      for (int i = 0; i < k; ++i) {
+        const int slot = next[w.chosen_experts[t * k + i]]++;
+        w.expert_tokens[slot] = t;
+        w.expert_token_weights[slot] = w.expert_weights[t * k + i];
+      }
+    }
+  }
+  // Expert by expert in id order, so each token sums its experts in the same order whatever
+  // else is in the batch (the products give a row the same bits alone or among others).
+  for (int e = 0; e < moe.num_experts; ++e) {
+    const int first = w.expert_offsets[e];
+    const int count = w.expert_offsets[e + 1] - first;
+    if (count == 0) continue;
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(w.expert_input.data() + i * hidden,
+                  w.normed.data() + w.expert_tokens[first + i] * hidden, hidden * sizeof(float));
+    }
+    swiglu_feed_forward(experts.gate[e], experts.up[e], experts.down[e], w.expert_input.data(),
+                        count, w.expert_output.data(), pool);
+    for (int i = 0; i < count; ++i) {
+      const float weight = w.expert_token_weights[first + i];
+      float* out = w.projected.data() + w.expert_tokens[first + i] * hidden;
+      const float* y = w.expert_output.data() + i * hidden;
+      for (int64_t c = 0; c < hidden; ++c) out[c] += weight * y[c];
+    }
+  }
 }
 
 }  // namespace tachyon

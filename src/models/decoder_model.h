@@ -83,9 +83,25 @@ class DecoderModel {
     AlignedVector<float> projected;  // f32 [tokens, hidden]
     AlignedVector<float> gate;       // f32 [tokens, ffn]
     AlignedVector<float> up;         // f32 [tokens, ffn]
-    std::vector<float> rope_cos;     // f32 [tokens, head_size/2]
-    std::vector<float> rope_sin;     // f32 [tokens, head_size/2]
+    std::vector<float> rope_cos;     // f32 [tokens, rope dimensions/2]
+    std::vector<float> rope_sin;     // f32 [tokens, rope dimensions/2]
     std::vector<int> positions;
+    // MLA (latent_attention_block).
+    AlignedVector<float> query_a;       // f32 [tokens, q_lora_rank], normalised in place
+    AlignedVector<float> query_heads;   // f32 [tokens, heads * qk_head_dim]
+    AlignedVector<float> latent;        // f32 [tokens, kv_lora_rank + qk_rope_head_dim]
+    AlignedVector<float> head_input;    // f32 [tokens, max(qk_nope_head_dim, kv_lora_rank)]
+    AlignedVector<float> head_output;   // f32 [tokens, max(kv_lora_rank, v_head_dim)]
+    AlignedVector<float> head_values;   // f32 [tokens, heads * v_head_dim]
+    // MoE (expert_feed_forward_block).
+    AlignedVector<float> router_logits;  // f32 [tokens, experts]
+    std::vector<int> chosen_experts;     // [tokens, experts_per_token], ascending per token
+    std::vector<float> expert_weights;   // f32 [tokens, experts_per_token]
+    std::vector<int> expert_tokens;      // the tokens of each expert, expert by expert
+    std::vector<int> expert_offsets;     // [experts + 1] into expert_tokens
+    std::vector<float> expert_token_weights;  // the weight of each expert_tokens entry
+    AlignedVector<float> expert_input;   // f32 [tokens, hidden]: an expert's tokens' rows
+    AlignedVector<float> expert_output;  // f32 [tokens, hidden]
   };
 
   void embed(std::span<const TokenIndex> tokens, float* out) const;
@@ -112,6 +128,21 @@ class DecoderModel {
                        bool add_projected, StoreTokens store, PrefetchStore prefetch_store,
                        Attend attend, ThreadPool& pool);
   void feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // The same blocks for MLA (attention over each token's cached latent, queries absorbed) and
+  // for a layer of experts (only the chosen ones run, on the tokens that chose them).
+  void latent_attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
+                              bool add_projected, StoreTokens store, Attend attend,
+                              ThreadPool& pool);
+  void expert_feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // out[t] = w · x[t] for one of MLA's per-head matrices: x rows at `x_stride`, out rows at
+  // `out_stride` (through workspace_.head_input / head_output).
+  void multiply_head(const kernels::WeightMatrix& w, const float* x, int64_t x_stride,
+                     int num_tokens, float* out, int64_t out_stride, ThreadPool& pool);
+  // SwiGLU feed-forward of `input` rows (f32 [num_tokens, hidden]) into `out`, using
+  // workspace_.gate / up: gate and up products with SwiGLU as their epilogue, then down.
+  void swiglu_feed_forward(const kernels::WeightMatrix& gate, const kernels::WeightMatrix& up,
+                           const kernels::WeightMatrix& down, const float* input,
+                           int num_tokens, float* out, ThreadPool& pool);
   // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token,
   // each row quantized right away for `consumers` (the products that read it next).
   void add_and_normalize(const float* weight, bool add_projected,

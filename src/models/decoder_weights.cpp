@@ -44,12 +44,90 @@ class TensorLoader {
       return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
                                       fmt::join(tensor.shape, ", "), cols, rows));
     }
+    return working_copy(std::move(tensor), rows, cols);
+  }
+
+  // `count` matrices of [cols, rows] (experts, or MLA's per-head matrices): one GGUF tensor of
+  // shape [cols, rows, count], or (Hugging Face) one tensor per matrix, looked up as
+  // "<name>#<index>".
+  Result<std::vector<kernels::WeightMatrix>> matrices(const std::string& name, int count,
+                                                      int64_t rows, int64_t cols) {
+    std::vector<kernels::WeightMatrix> out;
+    TACHYON_ASSIGN_OR_RETURN(std::optional<TensorView> stacked, lookup_(name));
+    if (!stacked) {
+      for (int i = 0; i < count; ++i) {
+        TACHYON_ASSIGN_OR_RETURN(kernels::WeightMatrix w,
+                                 matrix(fmt::format("{}#{}", name, i), rows, cols));
+        out.push_back(w);
+      }
+      return out;
+    }
+    if (stacked->shape.size() != 3 || stacked->shape[0] != cols || stacked->shape[1] != rows ||
+        stacked->shape[2] != count) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}, {}]",
+                                      stacked->name, fmt::join(stacked->shape, ", "), cols, rows,
+                                      count));
+    }
+    const DTypeInfo& info = dtype_info(stacked->type);
+    if (info.block_elements == 0 || cols % info.block_elements != 0) {
+      return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
+                                     "yet",
+                                     stacked->name, dtype_name(stacked->type)));
+    }
+    const size_t slice_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes *
+                               static_cast<size_t>(rows);
+    for (int i = 0; i < count; ++i) {
+      TensorView slice{fmt::format("{}[{}]", stacked->name, i), stacked->type, {cols, rows},
+                       rows * cols, stacked->data + slice_bytes * i};
+      TACHYON_ASSIGN_OR_RETURN(kernels::WeightMatrix w, working_copy(std::move(slice), rows, cols));
+      out.push_back(w);
+    }
+    return out;
+  }
+
+  // A matrix computed at load (f32 [rows, cols]), kept by the weights.
+  kernels::WeightMatrix computed_matrix(const std::string& name, std::vector<float> values,
+                                        int64_t rows, int64_t cols) {
+    auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
+    std::memcpy(bytes->data(), values.data(), bytes->size());
+    TensorView view{name, DType::kF32, {cols, rows}, rows * cols, bytes->data()};
+    weights_.converted_bytes.push_back(std::move(bytes));
+    // F32 takes no quantization and every float type is supported: this cannot fail.
+    return *working_copy(std::move(view), rows, cols, /*may_quantize=*/false);
+  }
+
+  // A tensor of any shape as f32 values (for matrices rearranged at load).
+  Result<std::vector<float>> values(const std::string& name, int64_t expected_elements) {
+    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
+    if (tensor.num_elements != expected_elements) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], {} values, expected {}",
+                                      tensor.name, fmt::join(tensor.shape, ", "),
+                                      tensor.num_elements, expected_elements));
+    }
+    std::vector<float> out(expected_elements);
+    Status status = reference::dequantize(tensor.type, tensor.data, out.data(), expected_elements);
+    if (!status.ok()) {
+      return Status(status.code(), fmt::format("tensor '{}': {}", tensor.name, status.message()));
+    }
+    return out;
+  }
+
+  // Whether the file has `name` (errors, e.g. an unusable type, surface when it is loaded).
+  bool has(const std::string& name) const {
+    Result<std::optional<TensorView>> tensor = lookup_(name);
+    return !tensor.ok() || tensor->has_value();
+  }
+
+ private:
+  // The matrix as the kernels use it: quantized if asked, copied and repacked.
+  Result<kernels::WeightMatrix> working_copy(TensorView tensor, int64_t rows, int64_t cols,
+                                             bool may_quantize = true) {
     if (!kernels::matmul_supports(tensor.type)) {
       return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
                                      "yet",
                                      tensor.name, dtype_name(tensor.type)));
     }
-    TACHYON_RETURN_IF_ERROR(quantize_if_asked(tensor, rows, cols));
+    if (may_quantize) TACHYON_RETURN_IF_ERROR(quantize_if_asked(tensor, rows, cols));
     kernels::WeightMatrix w{tensor.type, tensor.data, rows, cols};
     // Copied once into huge pages (HugePageArena: every token streams these), repacked on the
     // way where the SIMD kernels have a layout for the type (TACHYON_NO_REPACK=1 keeps the
@@ -69,6 +147,7 @@ class TensorLoader {
     return w;
   }
 
+ public:
   // A vector of `size` values as f32 (converted once when stored in another type).
   Result<const float*> vector(const std::string& name, int64_t size) {
     TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
@@ -136,8 +215,9 @@ TensorLookup gguf_lookup(const GgufFile& file) {
   };
 }
 
-// The Hugging Face parameter name for a GGUF tensor name, or empty.
-std::string hf_tensor_name(const std::string& gguf_name) {
+// The Hugging Face parameter name for a GGUF tensor name (or an expert's, "<name>#<expert>"),
+// or empty.
+std::string hf_tensor_name(const std::string& gguf_name, const ModelConfig& config) {
   static const std::map<std::string, std::string, std::less<>> kGlobal = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -153,17 +233,45 @@ std::string hf_tensor_name(const std::string& gguf_name) {
       {"attn_q_norm.weight", "self_attn.q_norm.weight"},
       {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+      {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+      {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+      {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+      {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+      {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"}};
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"ffn_gate_inp.weight", "mlp.gate.weight"},
+      {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+      {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+      {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+      {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"}};
   if (auto it = kGlobal.find(gguf_name); it != kGlobal.end()) return it->second;
   // blk.N.rest -> model.layers.N.<rest's name>
   const size_t dot = gguf_name.find('.', 4);
   if (gguf_name.rfind("blk.", 0) != 0 || dot == std::string::npos) return "";
-  auto it = kLayer.find(std::string_view(gguf_name).substr(dot + 1));
+  const std::string layer = "model.layers." + gguf_name.substr(4, dot - 4) + ".";
+  const std::string_view rest = std::string_view(gguf_name).substr(dot + 1);
+  // Mixtral keeps its MoE under block_sparse_moe, with w1 (gate), w3 (up), w2 (down).
+  const bool mixtral = config.architecture == "llama" && config.moe.enabled();
+  if (const size_t hash = rest.find('#'); hash != std::string_view::npos) {
+    static const std::map<std::string, std::pair<std::string, std::string>, std::less<>>
+        kExperts = {{"ffn_gate_exps.weight", {"gate_proj", "w1"}},
+                    {"ffn_up_exps.weight", {"up_proj", "w3"}},
+                    {"ffn_down_exps.weight", {"down_proj", "w2"}}};
+    auto it = kExperts.find(rest.substr(0, hash));
+    if (it == kExperts.end()) return "";
+    const std::string expert(rest.substr(hash + 1));
+    return mixtral ? layer + "block_sparse_moe.experts." + expert + "." + it->second.second +
+                         ".weight"
+                   : layer + "mlp.experts." + expert + "." + it->second.first + ".weight";
+  }
+  if (mixtral && rest == "ffn_gate_inp.weight") return layer + "block_sparse_moe.gate.weight";
+  auto it = kLayer.find(rest);
   if (it == kLayer.end()) return "";
-  return "model.layers." + gguf_name.substr(4, dot - 4) + "." + it->second;
+  return layer + it->second;
 }
 
 // A block-scaled F8_E4M3 matrix (DeepSeek-V3 / Kimi-K2 checkpoints) as BF16, as the models' own
@@ -246,7 +354,7 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
       weights.converted_vectors.push_back(std::move(stored));
       return std::optional<TensorView>(view);
     }
-    const std::string hf_name = hf_tensor_name(name);
+    const std::string hf_name = hf_tensor_name(name, config);
     if (hf_name.empty()) return std::optional<TensorView>();
     const SafetensorsTensor* tensor = checkpoint.find_tensor(hf_name);
     if (tensor == nullptr) {
@@ -270,7 +378,7 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
                                        safetensors_dtype_name(tensor->dtype)));
     }
     const bool query = name.ends_with("attn_q.weight");
-    if (config.rope.layout == RopeLayout::kAdjacentPairs &&
+    if (config.rope.layout == RopeLayout::kAdjacentPairs && !config.mla.enabled() &&
         (query || name.ends_with("attn_k.weight")) && view.shape.size() == 2) {
       const int heads = query ? config.num_heads : config.num_kv_heads;
       const int64_t rows = view.shape[1];
@@ -296,6 +404,86 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
     }
     return std::optional<TensorView>(view);
   };
+}
+
+// A layer's MLA projections (`prefix`: "blk.N.").
+Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
+                             const std::string& prefix, LatentAttentionWeights& mla) {
+  const LatentAttentionConfig& shape = config.mla;
+  const int heads = config.num_heads;
+  const int64_t hidden = config.hidden_size;
+  const int64_t query_rows = static_cast<int64_t>(heads) * shape.qk_head_dim();
+  if (shape.q_lora_rank > 0) {
+    TACHYON_ASSIGN_OR_RETURN(mla.query_a,
+                             load.matrix(prefix + "attn_q_a.weight", shape.q_lora_rank, hidden));
+    TACHYON_ASSIGN_OR_RETURN(mla.query_a_norm,
+                             load.vector(prefix + "attn_q_a_norm.weight", shape.q_lora_rank));
+    TACHYON_ASSIGN_OR_RETURN(
+        mla.query_b, load.matrix(prefix + "attn_q_b.weight", query_rows, shape.q_lora_rank));
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(mla.query, load.matrix(prefix + "attn_q.weight", query_rows, hidden));
+  }
+  TACHYON_ASSIGN_OR_RETURN(
+      mla.kv_a, load.matrix(prefix + "attn_kv_a_mqa.weight", shape.latent_size(), hidden));
+  TACHYON_ASSIGN_OR_RETURN(mla.kv_a_norm,
+                           load.vector(prefix + "attn_kv_a_norm.weight", shape.kv_lora_rank));
+  const int64_t latent = shape.kv_lora_rank;
+  const int64_t nope = shape.qk_nope_head_dim;
+  const int64_t value = shape.v_head_dim;
+  if (load.has(prefix + "attn_k_b.weight")) {  // llama.cpp's current deepseek2 files
+    TACHYON_ASSIGN_OR_RETURN(mla.key_absorb,
+                             load.matrices(prefix + "attn_k_b.weight", heads, latent, nope));
+    TACHYON_ASSIGN_OR_RETURN(mla.value_up,
+                             load.matrices(prefix + "attn_v_b.weight", heads, value, latent));
+    return Status();
+  }
+  // kv_b: per head, nope rows of W_UK then value rows of W_UV, each kv_lora_rank wide.
+  TACHYON_ASSIGN_OR_RETURN(std::vector<float> kv_b,
+                           load.values(prefix + "attn_kv_b.weight", heads * (nope + value) * latent));
+  for (int h = 0; h < heads; ++h) {
+    const float* head = kv_b.data() + h * (nope + value) * latent;
+    std::vector<float> key_absorb(latent * nope);  // transposed: [latent, nope]
+    for (int64_t n = 0; n < nope; ++n) {
+      for (int64_t c = 0; c < latent; ++c) key_absorb[c * nope + n] = head[n * latent + c];
+    }
+    mla.key_absorb.push_back(load.computed_matrix(
+        fmt::format("{}attn_kv_b.weight (head {} keys)", prefix, h), std::move(key_absorb),
+        latent, nope));
+    mla.value_up.push_back(load.computed_matrix(
+        fmt::format("{}attn_kv_b.weight (head {} values)", prefix, h),
+        std::vector<float>(head + nope * latent, head + (nope + value) * latent), value, latent));
+  }
+  return Status();
+}
+
+// A layer's router and experts (`prefix`: "blk.N.").
+Status load_experts(TensorLoader& load, const ModelConfig& config, const std::string& prefix,
+                    ExpertWeights& experts) {
+  const MixtureOfExpertsConfig& moe = config.moe;
+  const int64_t hidden = config.hidden_size;
+  TACHYON_ASSIGN_OR_RETURN(experts.router,
+                           load.matrix(prefix + "ffn_gate_inp.weight", moe.num_experts, hidden));
+  if (moe.has_selection_bias) {
+    TACHYON_ASSIGN_OR_RETURN(experts.selection_bias,
+                             load.vector(prefix + "exp_probs_b.bias", moe.num_experts));
+  }
+  TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
+                                                       moe.num_experts, moe.expert_ffn_size,
+                                                       hidden));
+  TACHYON_ASSIGN_OR_RETURN(experts.up, load.matrices(prefix + "ffn_up_exps.weight",
+                                                     moe.num_experts, moe.expert_ffn_size, hidden));
+  TACHYON_ASSIGN_OR_RETURN(experts.down,
+                           load.matrices(prefix + "ffn_down_exps.weight", moe.num_experts, hidden,
+                                         moe.expert_ffn_size));
+  if (moe.shared_ffn_size > 0) {
+    TACHYON_ASSIGN_OR_RETURN(experts.shared_gate, load.matrix(prefix + "ffn_gate_shexp.weight",
+                                                              moe.shared_ffn_size, hidden));
+    TACHYON_ASSIGN_OR_RETURN(experts.shared_up, load.matrix(prefix + "ffn_up_shexp.weight",
+                                                            moe.shared_ffn_size, hidden));
+    TACHYON_ASSIGN_OR_RETURN(experts.shared_down, load.matrix(prefix + "ffn_down_shexp.weight",
+                                                              hidden, moe.shared_ffn_size));
+  }
+  return Status();
 }
 
 // The tensors of `config`'s decoder, by GGUF name.
@@ -326,11 +514,22 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
     const std::string prefix = fmt::format("blk.{}.", i);
     LayerWeights layer;
     TACHYON_ASSIGN_OR_RETURN(layer.attention_norm, load.vector(prefix + "attn_norm.weight", hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.query, load.matrix(prefix + "attn_q.weight", config.q_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.key, load.matrix(prefix + "attn_k.weight", config.kv_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.value, load.matrix(prefix + "attn_v.weight", config.kv_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.attention_output,
-                             load.matrix(prefix + "attn_output.weight", hidden, config.q_size()));
+    if (config.mla.enabled()) {
+      TACHYON_RETURN_IF_ERROR(load_latent_attention(load, config, prefix, layer.mla));
+      TACHYON_ASSIGN_OR_RETURN(
+          layer.attention_output,
+          load.matrix(prefix + "attn_output.weight", hidden,
+                      static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim));
+    } else {
+      TACHYON_ASSIGN_OR_RETURN(layer.query,
+                               load.matrix(prefix + "attn_q.weight", config.q_size(), hidden));
+      TACHYON_ASSIGN_OR_RETURN(layer.key,
+                               load.matrix(prefix + "attn_k.weight", config.kv_size(), hidden));
+      TACHYON_ASSIGN_OR_RETURN(layer.value,
+                               load.matrix(prefix + "attn_v.weight", config.kv_size(), hidden));
+      TACHYON_ASSIGN_OR_RETURN(layer.attention_output,
+                               load.matrix(prefix + "attn_output.weight", hidden, config.q_size()));
+    }
     if (config.qkv_bias) {
       TACHYON_ASSIGN_OR_RETURN(layer.query_bias, load.vector(prefix + "attn_q.bias", config.q_size()));
       TACHYON_ASSIGN_OR_RETURN(layer.key_bias, load.vector(prefix + "attn_k.bias", config.kv_size()));
@@ -343,11 +542,20 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
                                load.vector(prefix + "attn_k_norm.weight", config.head_size));
     }
     TACHYON_ASSIGN_OR_RETURN(layer.ffn_norm, load.vector(prefix + "ffn_norm.weight", hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.gate, load.matrix(prefix + "ffn_gate.weight", config.ffn_size, hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.up, load.matrix(prefix + "ffn_up.weight", config.ffn_size, hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.down, load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
+    if (config.moe.layer_has_experts(i)) {
+      layer.has_experts = true;
+      TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
+    } else {
+      TACHYON_ASSIGN_OR_RETURN(layer.gate,
+                               load.matrix(prefix + "ffn_gate.weight", config.ffn_size, hidden));
+      TACHYON_ASSIGN_OR_RETURN(layer.up,
+                               load.matrix(prefix + "ffn_up.weight", config.ffn_size, hidden));
+      TACHYON_ASSIGN_OR_RETURN(layer.down,
+                               load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
+    }
     weights.layers.push_back(layer);
   }
+  weights.experts_per_token = config.moe.experts_per_token;
   weights.set_decode_prefetch();
   return Status();
 }
@@ -371,17 +579,35 @@ Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
 }
 
 void DecoderWeights::set_decode_prefetch() {
-  std::vector<kernels::WeightMatrix*> streamed{&output};
+  // Every matrix gets the answer for the bytes a decode step streams: all dense matrices, the
+  // routed experts' share that one token reads.
+  std::vector<kernels::WeightMatrix*> matrices{&output};
+  double bytes = 0;
+  auto add = [&](kernels::WeightMatrix& w, double share) {
+    matrices.push_back(&w);
+    bytes += share * static_cast<double>(w.row_bytes()) * static_cast<double>(w.rows);
+  };
   for (LayerWeights& layer : layers) {
-    streamed.insert(streamed.end(), {&layer.query, &layer.key, &layer.value,
-                                     &layer.attention_output, &layer.gate, &layer.up, &layer.down});
+    for (kernels::WeightMatrix* w :
+         {&layer.query, &layer.key, &layer.value, &layer.attention_output, &layer.gate, &layer.up,
+          &layer.down, &layer.mla.query, &layer.mla.query_a, &layer.mla.query_b, &layer.mla.kv_a,
+          &layer.experts.router, &layer.experts.shared_gate, &layer.experts.shared_up,
+          &layer.experts.shared_down}) {
+      add(*w, 1.0);
+    }
+    for (auto* per_head : {&layer.mla.key_absorb, &layer.mla.value_up}) {
+      for (kernels::WeightMatrix& w : *per_head) add(w, 1.0);
+    }
+    const size_t num_experts = layer.experts.gate.size();
+    for (auto* per_expert : {&layer.experts.gate, &layer.experts.up, &layer.experts.down}) {
+      for (kernels::WeightMatrix& w : *per_expert) {
+        add(w, static_cast<double>(experts_per_token) / static_cast<double>(num_experts));
+      }
+    }
   }
-  int64_t bytes = 0;
-  for (const kernels::WeightMatrix* w : streamed) {
-    bytes += static_cast<int64_t>(w->row_bytes()) * w->rows;
-  }
-  const int64_t ahead = kernels::decode_prefetch_bytes(bytes);
-  for (kernels::WeightMatrix* w : streamed) w->decode_prefetch = ahead;
+  bytes += static_cast<double>(output.row_bytes()) * static_cast<double>(output.rows);
+  const int64_t ahead = kernels::decode_prefetch_bytes(static_cast<int64_t>(bytes));
+  for (kernels::WeightMatrix* w : matrices) w->decode_prefetch = ahead;
   token_embedding.decode_prefetch = ahead;
 }
 

@@ -14,12 +14,39 @@
 
 namespace tachyon {
 
+// A layer's Multi-head Latent Attention (LatentAttentionConfig), instead of query/key/value.
+struct LatentAttentionWeights {
+  kernels::WeightMatrix query;          // [heads * qk_head_dim, hidden] when q_lora_rank is 0
+  kernels::WeightMatrix query_a;        // [q_lora_rank, hidden]
+  const float* query_a_norm = nullptr;  // f32 [q_lora_rank]
+  kernels::WeightMatrix query_b;        // [heads * qk_head_dim, q_lora_rank]
+  kernels::WeightMatrix kv_a;           // [kv_lora_rank + qk_rope_head_dim, hidden]
+  const float* kv_a_norm = nullptr;     // f32 [kv_lora_rank]
+  // Per head: W_UK transposed, [kv_lora_rank, qk_nope_head_dim] (folds the head's query into
+  // the latent space), and W_UV, [v_head_dim, kv_lora_rank] (the head's value from its output
+  // latent). llama.cpp's attn_k_b / attn_v_b, or cut from attn_kv_b / kv_b_proj at load.
+  std::vector<kernels::WeightMatrix> key_absorb;
+  std::vector<kernels::WeightMatrix> value_up;
+};
+
+// A layer's routed and shared experts (MixtureOfExpertsConfig), instead of gate/up/down.
+struct ExpertWeights {
+  kernels::WeightMatrix router;            // [experts, hidden]
+  const float* selection_bias = nullptr;   // f32 [experts], DeepSeek-V3's choice-only bias
+  std::vector<kernels::WeightMatrix> gate;  // per expert [expert_ffn, hidden]
+  std::vector<kernels::WeightMatrix> up;    // per expert [expert_ffn, hidden]
+  std::vector<kernels::WeightMatrix> down;  // per expert [hidden, expert_ffn]
+  kernels::WeightMatrix shared_gate;        // [shared_ffn, hidden], when there are shared experts
+  kernels::WeightMatrix shared_up;          // [shared_ffn, hidden]
+  kernels::WeightMatrix shared_down;        // [hidden, shared_ffn]
+};
+
 struct LayerWeights {
   const float* attention_norm = nullptr;  // f32 [hidden]
   kernels::WeightMatrix query;             // [q_size rows, hidden cols]
   kernels::WeightMatrix key;               // [kv_size, hidden]
   kernels::WeightMatrix value;             // [kv_size, hidden]
-  kernels::WeightMatrix attention_output;  // [hidden, q_size]
+  kernels::WeightMatrix attention_output;  // [hidden, q_size] (MLA: [hidden, heads * v_head_dim])
   const float* query_bias = nullptr;       // f32 [q_size], Qwen2 only
   const float* key_bias = nullptr;         // f32 [kv_size], Qwen2 only
   const float* value_bias = nullptr;       // f32 [kv_size], Qwen2 only
@@ -29,6 +56,9 @@ struct LayerWeights {
   kernels::WeightMatrix gate;              // [ffn, hidden]
   kernels::WeightMatrix up;                // [ffn, hidden]
   kernels::WeightMatrix down;              // [hidden, ffn]
+  LatentAttentionWeights mla;              // MLA models only
+  ExpertWeights experts;                   // MoE layers only (layer_has_experts)
+  bool has_experts = false;
 };
 
 struct DecoderWeights {
@@ -37,6 +67,7 @@ struct DecoderWeights {
   kernels::WeightMatrix output;           // [vocab, hidden]; the embedding when tied
   std::vector<float> rope_frequency_factors;  // f32 [head_size/2], llama3 only
   std::vector<LayerWeights> layers;
+  int experts_per_token = 0;  // of the MoE layers' experts, as the config says
 
   // `quantize` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0): F32, F16 and BF16 matrices (and FP8 ones,
   // after their BF16 dequantization) are quantized at load, byte for byte as the gguf package

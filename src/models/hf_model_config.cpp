@@ -35,6 +35,21 @@ class ConfigReader {
     }
     return value->to_number<double>();
   }
+  // A count that may be 0 or null (absent or null: `fallback`).
+  Result<int> count_or(std::string_view key, int fallback, int max_value = 1 << 24) const {
+    const boost::json::value* value = config_.if_contains(key);
+    if (value == nullptr || value->is_null()) return fallback;
+    if (!value->is_int64() || value->get_int64() < 0 || value->get_int64() > max_value) {
+      return corrupt_data(fmt::format("config.json \"{}\" is {}, expected an integer 0..{}", key,
+                                      boost::json::serialize(*value), max_value));
+    }
+    return static_cast<int>(value->get_int64());
+  }
+  std::string string_or(std::string_view key, std::string_view fallback) const {
+    const boost::json::value* value = config_.if_contains(key);
+    if (value == nullptr || !value->is_string()) return std::string(fallback);
+    return std::string(value->get_string());
+  }
   Result<bool> bool_or(std::string_view key, bool fallback) const {
     const boost::json::value* value = config_.if_contains(key);
     if (value == nullptr || value->is_null()) return fallback;
@@ -44,6 +59,8 @@ class ConfigReader {
     }
     return value->get_bool();
   }
+
+  const boost::json::value* find(std::string_view key) const { return config_.if_contains(key); }
 
  private:
   static Result<int> positive_value(std::string_view key, const boost::json::value& value,
@@ -58,6 +75,81 @@ class ConfigReader {
   const boost::json::object& config_;
 };
 
+// DeepSeek-V2/V3's (and Kimi-K2's) MLA fields; num_kv_heads and head_size become the latent's.
+Status read_latent_attention(const ConfigReader& read, ModelConfig& config) {
+  LatentAttentionConfig& mla = config.mla;
+  TACHYON_ASSIGN_OR_RETURN(mla.q_lora_rank, read.count_or("q_lora_rank", 0));
+  TACHYON_ASSIGN_OR_RETURN(mla.kv_lora_rank, read.positive("kv_lora_rank"));
+  TACHYON_ASSIGN_OR_RETURN(mla.qk_nope_head_dim, read.positive("qk_nope_head_dim", 4096));
+  TACHYON_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, read.positive("qk_rope_head_dim", 4096));
+  TACHYON_ASSIGN_OR_RETURN(mla.v_head_dim, read.positive("v_head_dim", 4096));
+  config.num_kv_heads = 1;
+  config.head_size = mla.latent_size();
+  return Status();
+}
+
+// The routed and shared experts of Mixtral, Qwen3-MoE and DeepSeek-V2/V3 as transformers reads
+// them (each model's own defaults).
+Status read_experts(const ConfigReader& read, const std::string& model_type,
+                    ModelConfig& config) {
+  MixtureOfExpertsConfig& moe = config.moe;
+  TACHYON_ASSIGN_OR_RETURN(moe.experts_per_token, read.positive("num_experts_per_tok", 4096));
+  if (model_type == "mixtral") {
+    TACHYON_ASSIGN_OR_RETURN(moe.num_experts, read.positive("num_local_experts", 1 << 16));
+    moe.expert_ffn_size = config.ffn_size;
+    moe.normalize_weights = true;
+    return Status();
+  }
+  if (model_type == "qwen3_moe") {
+    TACHYON_ASSIGN_OR_RETURN(moe.num_experts, read.positive("num_experts", 1 << 16));
+    TACHYON_ASSIGN_OR_RETURN(moe.expert_ffn_size, read.positive("moe_intermediate_size"));
+    TACHYON_ASSIGN_OR_RETURN(moe.normalize_weights, read.bool_or("norm_topk_prob", false));
+    TACHYON_ASSIGN_OR_RETURN(const int sparse_step, read.positive_or("decoder_sparse_step", 1));
+    const boost::json::value* dense_only = read.find("mlp_only_layers");
+    if (sparse_step != 1 ||
+        (dense_only != nullptr && dense_only->is_array() && !dense_only->get_array().empty())) {
+      return unsupported("Qwen3-MoE with dense layers between the sparse ones "
+                         "(decoder_sparse_step, mlp_only_layers) is not supported");
+    }
+    return Status();
+  }
+  // DeepSeek-V2 (softmax; greedy or group-limited by the group's best score) and V3 / Kimi-K2
+  // (sigmoid; selection bias; groups scored by their best two).
+  const bool v3 = model_type != "deepseek_v2";
+  TACHYON_ASSIGN_OR_RETURN(moe.num_experts, read.positive("n_routed_experts", 1 << 16));
+  TACHYON_ASSIGN_OR_RETURN(moe.expert_ffn_size, read.positive("moe_intermediate_size"));
+  TACHYON_ASSIGN_OR_RETURN(const int shared, read.count_or("n_shared_experts", 0, 1 << 10));
+  moe.shared_ffn_size = shared * moe.expert_ffn_size;
+  TACHYON_ASSIGN_OR_RETURN(moe.first_dense_layers,
+                           read.count_or("first_k_dense_replace", v3 ? 3 : 0));
+  TACHYON_ASSIGN_OR_RETURN(const int layer_frequency, read.positive_or("moe_layer_freq", 1));
+  if (layer_frequency != 1) {
+    return unsupported(fmt::format("moe_layer_freq {} (dense layers between MoE layers) is not "
+                                   "supported",
+                                   layer_frequency));
+  }
+  TACHYON_ASSIGN_OR_RETURN(moe.normalize_weights, read.bool_or("norm_topk_prob", v3));
+  TACHYON_ASSIGN_OR_RETURN(moe.weights_scale, read.number_or("routed_scaling_factor", 1.0));
+  moe.scoring = v3 ? ExpertScoring::kSigmoid : ExpertScoring::kSoftmax;
+  moe.has_selection_bias = v3;
+  moe.group_score = v3 ? ExpertGroupScore::kTopTwoSum : ExpertGroupScore::kMax;
+  const std::string method = read.string_or("topk_method", v3 ? "noaux_tc" : "greedy");
+  if (v3 || method == "group_limited_greedy") {
+    TACHYON_ASSIGN_OR_RETURN(moe.num_groups, read.positive_or("n_group", v3 ? 8 : 1, 1 << 16));
+    TACHYON_ASSIGN_OR_RETURN(moe.groups_used,
+                             read.positive_or("topk_group", v3 ? 4 : 1, 1 << 16));
+  } else if (method != "greedy") {
+    return unsupported(fmt::format("DeepSeek-V2 topk_method \"{}\" (greedy, "
+                                   "group_limited_greedy)",
+                                   method));
+  }
+  if (!v3 && moe.normalize_weights) {
+    // transformers' DeepseekV2 applies no normalisation; neither do the released V2 models.
+    return unsupported("DeepSeek-V2 with norm_topk_prob is not supported");
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoint) {
@@ -67,12 +159,22 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
   const boost::json::value* model_type = json.if_contains("model_type");
   const std::string type =
       model_type != nullptr && model_type->is_string() ? std::string(model_type->get_string()) : "";
-  // Mistral's dense models are Llama's architecture under another name.
-  config.architecture = type == "mistral" ? "llama" : type;
+  // Mistral's and Mixtral's models are Llama's architecture under other names; DeepSeek-V2/V3
+  // and Kimi-K2 are llama.cpp's deepseek2; Qwen3-MoE its qwen3moe.
+  const bool deepseek = type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2";
+  if (type == "mistral" || type == "mixtral") {
+    config.architecture = "llama";
+  } else if (deepseek) {
+    config.architecture = "deepseek2";
+  } else if (type == "qwen3_moe") {
+    config.architecture = "qwen3moe";
+  } else {
+    config.architecture = type;
+  }
   TACHYON_RETURN_IF_ERROR(config.set_architecture_traits());
   TACHYON_ASSIGN_OR_RETURN(const bool attention_bias, read.bool_or("attention_bias", false));
-  if (config.architecture == "llama" && attention_bias) {
-    return unsupported("Llama-architecture models with attention biases are not supported");
+  if ((config.architecture == "llama" || config.architecture == "deepseek2") && attention_bias) {
+    return unsupported(fmt::format("{} models with attention biases are not supported", type));
   }
   TACHYON_ASSIGN_OR_RETURN(config.num_layers, read.positive("num_hidden_layers", 4096));
   TACHYON_ASSIGN_OR_RETURN(config.hidden_size, read.positive("hidden_size"));
@@ -91,6 +193,10 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
   }
   TACHYON_ASSIGN_OR_RETURN(config.head_size,
                            read.positive_or("head_dim", config.hidden_size / config.num_heads, 4096));
+  if (deepseek) {
+    // Their head_dim (if any) is the rotary part's; the attention runs over the latent.
+    TACHYON_RETURN_IF_ERROR(read_latent_attention(read, config));
+  }
   if (config.head_size % 2 != 0) {
     return corrupt_data(fmt::format("head size {} is odd; RoPE needs pairs", config.head_size));
   }
@@ -100,8 +206,12 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
   config.rms_norm_epsilon = static_cast<float>(epsilon);
   TACHYON_ASSIGN_OR_RETURN(config.tied_embeddings, read.bool_or("tie_word_embeddings", false));
 
+  if (deepseek || type == "mixtral" || type == "qwen3_moe") {
+    TACHYON_RETURN_IF_ERROR(read_experts(read, type, config));
+  }
+
   RopeConfig& rope = config.rope;
-  rope.dimensions = config.head_size;
+  rope.dimensions = deepseek ? config.mla.qk_rope_head_dim : config.head_size;
   TACHYON_ASSIGN_OR_RETURN(rope.freq_base, read.number_or("rope_theta", 10000.0));
   const boost::json::value* scaling_value = json.if_contains("rope_scaling");
   if (scaling_value != nullptr && !scaling_value->is_null()) {
@@ -132,6 +242,25 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
           read_scaling.positive_or("original_max_position_embeddings", config.context_length));
       TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_fast, read_scaling.number_or("beta_fast", 32.0));
       TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_slow, read_scaling.number_or("beta_slow", 1.0));
+      // DeepSeek's mscale / mscale_all_dim (transformers' _compute_yarn_parameters and its
+      // DeepseekV2/V3 attention): cos and sin times m(mscale) / m(mscale_all_dim), the softmax
+      // scale times m(mscale_all_dim)^2, m(x) = 0.1 x ln(factor) + 1 (1 for factor <= 1).
+      TACHYON_ASSIGN_OR_RETURN(const double mscale, read_scaling.number_or("mscale", 0.0));
+      TACHYON_ASSIGN_OR_RETURN(const double mscale_all_dim,
+                               read_scaling.number_or("mscale_all_dim", 0.0));
+      auto m = [&](double x) {
+        return rope.scaling_factor <= 1 ? 1.0 : 0.1 * x * std::log(rope.scaling_factor) + 1.0;
+      };
+      if (mscale != 0 && mscale_all_dim != 0) {
+        rope.yarn_attention_factor = m(mscale) / m(mscale_all_dim);
+      } else if (rope.scaling_factor <= 1) {
+        rope.yarn_attention_factor = 1.0;
+      }
+      if (const boost::json::value* given = scaling.if_contains("attention_factor");
+          given != nullptr && given->is_number()) {
+        rope.yarn_attention_factor = given->to_number<double>();
+      }
+      if (deepseek && mscale_all_dim != 0) config.mla.softmax_mscale = mscale_all_dim;
     } else if (rope_type == "llama3") {
       // The frequency factors are computed from these when the weights load (as llama.cpp's
       // converter stores them in rope_freqs.weight).
@@ -143,6 +272,7 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
                                      rope_type));
     }
   }
+  TACHYON_RETURN_IF_ERROR(config.validate_attention_and_experts());
   return config;
 }
 

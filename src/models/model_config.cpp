@@ -1,5 +1,7 @@
 #include "models/model_config.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,6 +19,9 @@ constexpr ArchitectureTraits kArchitectures[] = {
     {"llama", RopeLayout::kAdjacentPairs, false, false},
     {"qwen2", RopeLayout::kNeox, true, false},
     {"qwen3", RopeLayout::kNeox, false, true},
+    {"qwen3moe", RopeLayout::kNeox, false, true},
+    // MLA's rotary dimensions are stored in adjacent pairs, unpermuted.
+    {"deepseek2", RopeLayout::kAdjacentPairs, false, false},
 };
 
 class MetadataReader {
@@ -44,6 +49,19 @@ class MetadataReader {
   std::optional<std::string> optional_string(const std::string& key) const {
     return file_.get_string(prefix_ + key);
   }
+  std::optional<bool> optional_bool(const std::string& key) const {
+    return file_.get_bool(prefix_ + key);
+  }
+  // A count that may be 0 (absent: `fallback`).
+  Result<int> count_or(const std::string& key, int fallback, int max_value = 1 << 24) const {
+    const std::optional<uint64_t> value = optional_uint(key);
+    if (!value) return fallback;
+    if (*value > static_cast<uint64_t>(max_value)) {
+      return corrupt_data(fmt::format("model metadata '{}{}' is {}, expected 0..{}", prefix_, key,
+                                      *value, max_value));
+    }
+    return static_cast<int>(*value);
+  }
 
  private:
   const GgufFile& file_;
@@ -62,9 +80,130 @@ Status ModelConfig::set_architecture_traits() {
     }
   }
   return unsupported(fmt::format("architecture '{}' is not supported; supported: llama, qwen2, "
-                                 "qwen3",
+                                 "qwen3, qwen3moe, deepseek2",
                                  architecture));
 }
+
+Status ModelConfig::validate_attention_and_experts() const {
+  if (mla.enabled()) {
+    if (mla.qk_nope_head_dim < 1 || mla.qk_rope_head_dim < 2 || mla.qk_rope_head_dim % 2 != 0 ||
+        mla.v_head_dim < 1 || mla.q_lora_rank < 0) {
+      return corrupt_data(fmt::format("MLA dimensions do not fit: q_lora_rank {}, "
+                                      "qk_nope_head_dim {}, qk_rope_head_dim {} (even, >= 2), "
+                                      "v_head_dim {}",
+                                      mla.q_lora_rank, mla.qk_nope_head_dim,
+                                      mla.qk_rope_head_dim, mla.v_head_dim));
+    }
+    if (num_kv_heads != 1 || head_size != mla.latent_size() ||
+        rope.dimensions != mla.qk_rope_head_dim) {
+      return corrupt_data("inconsistent MLA configuration");  // our own derivation, not the file's
+    }
+  }
+  if (moe.enabled()) {
+    if (moe.experts_per_token < 1 || moe.experts_per_token > moe.num_experts) {
+      return corrupt_data(fmt::format("the router uses {} experts per token of {} experts",
+                                      moe.experts_per_token, moe.num_experts));
+    }
+    if (moe.expert_ffn_size < 1) {
+      return corrupt_data(fmt::format("expert feed-forward length is {}", moe.expert_ffn_size));
+    }
+    if (moe.num_groups < 1 || moe.num_experts % moe.num_groups != 0 || moe.groups_used < 1 ||
+        moe.groups_used > moe.num_groups) {
+      return corrupt_data(fmt::format("{} experts in {} groups, {} groups used: the groups must "
+                                      "divide the experts and be used 1..{}",
+                                      moe.num_experts, moe.num_groups, moe.groups_used,
+                                      moe.num_groups));
+    }
+    const int per_group = moe.num_experts / moe.num_groups;
+    if (moe.num_groups > 1 && moe.group_score == ExpertGroupScore::kTopTwoSum && per_group < 2) {
+      return corrupt_data(fmt::format("groups of {} expert score by their best two", per_group));
+    }
+    if (moe.groups_used * per_group < moe.experts_per_token) {
+      return corrupt_data(fmt::format("{} of {} groups hold {} experts, fewer than the {} used per "
+                                      "token",
+                                      moe.groups_used, moe.num_groups,
+                                      moe.groups_used * per_group, moe.experts_per_token));
+    }
+    if (moe.first_dense_layers > num_layers) {
+      return corrupt_data(fmt::format("{} leading dense layers in a model of {} layers",
+                                      moe.first_dense_layers, num_layers));
+    }
+    if (!(moe.weights_scale > 0) || !std::isfinite(moe.weights_scale)) {
+      return corrupt_data(fmt::format("expert weights scale is {}", moe.weights_scale));
+    }
+  }
+  return Status();
+}
+
+namespace {
+
+// The experts' metadata as llama.cpp's converter writes it (absent expert_count: dense).
+Status read_gguf_experts(const MetadataReader& meta, const GgufFile& file,
+                         ModelConfig& config) {
+  MixtureOfExpertsConfig& moe = config.moe;
+  TACHYON_ASSIGN_OR_RETURN(moe.num_experts, meta.count_or("expert_count", 0));
+  if (moe.num_experts == 0) return Status();
+  TACHYON_ASSIGN_OR_RETURN(moe.experts_per_token, meta.count_or("expert_used_count", 0));
+  // Mixtral's experts are feed_forward_length wide; the others say so.
+  TACHYON_ASSIGN_OR_RETURN(moe.expert_ffn_size,
+                           meta.count_or("expert_feed_forward_length", config.ffn_size));
+  TACHYON_ASSIGN_OR_RETURN(const int shared, meta.count_or("expert_shared_count", 0, 1 << 10));
+  moe.shared_ffn_size = shared * moe.expert_ffn_size;
+  TACHYON_ASSIGN_OR_RETURN(moe.first_dense_layers, meta.count_or("leading_dense_block_count", 0));
+  TACHYON_ASSIGN_OR_RETURN(moe.num_groups, meta.count_or("expert_group_count", 1));
+  TACHYON_ASSIGN_OR_RETURN(moe.groups_used, meta.count_or("expert_group_used_count", 1));
+  moe.group_score = ExpertGroupScore::kTopTwoSum;
+  if (config.architecture == "deepseek2") {
+    // expert_gating_func: 1 softmax (DeepSeek-V2, the default), 2 sigmoid (V3, Kimi-K2).
+    const uint64_t gating = meta.optional_uint("expert_gating_func").value_or(1);
+    if (gating != 1 && gating != 2) {
+      return unsupported(fmt::format("expert gating function {} (tachyon takes 1 softmax, "
+                                     "2 sigmoid)",
+                                     gating));
+    }
+    moe.scoring = gating == 2 ? ExpertScoring::kSigmoid : ExpertScoring::kSoftmax;
+    moe.normalize_weights = meta.optional_bool("expert_weights_norm").value_or(false);
+    moe.weights_scale = meta.optional_float("expert_weights_scale").value_or(1.0);
+  } else {
+    // Mixtral and Qwen3-MoE: softmax, the chosen weights renormalised.
+    moe.scoring = ExpertScoring::kSoftmax;
+    moe.normalize_weights = true;
+  }
+  moe.has_selection_bias = file.find_tensor(fmt::format(
+                               "blk.{}.exp_probs_b.bias", moe.first_dense_layers)) != nullptr;
+  return Status();
+}
+
+// deepseek2's attention: either llama.cpp's current layout (one KV head of the latent, with
+// key_length_mla / value_length_mla and split attn_k_b / attn_v_b tensors) or the older one
+// (key_length = nope + rope per head, attn_kv_b).
+Status read_gguf_latent_attention(const MetadataReader& meta, ModelConfig& config) {
+  LatentAttentionConfig& mla = config.mla;
+  TACHYON_ASSIGN_OR_RETURN(mla.q_lora_rank, meta.count_or("attention.q_lora_rank", 0));
+  TACHYON_ASSIGN_OR_RETURN(mla.kv_lora_rank, meta.positive("attention.kv_lora_rank"));
+  TACHYON_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, meta.positive("rope.dimension_count", 4096));
+  int key_length = 0;
+  int value_length = 0;
+  if (meta.optional_uint("attention.key_length_mla")) {
+    TACHYON_ASSIGN_OR_RETURN(key_length, meta.positive("attention.key_length_mla", 4096));
+    TACHYON_ASSIGN_OR_RETURN(value_length, meta.positive("attention.value_length_mla", 4096));
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(key_length, meta.positive("attention.key_length", 4096));
+    TACHYON_ASSIGN_OR_RETURN(value_length, meta.positive("attention.value_length", 4096));
+  }
+  mla.qk_nope_head_dim = key_length - mla.qk_rope_head_dim;
+  mla.v_head_dim = value_length;
+  if (const std::optional<double> log_multiplier =
+          meta.optional_float("rope.scaling.yarn_log_multiplier")) {
+    // The converter writes 0.1 * mscale_all_dim.
+    mla.softmax_mscale = *log_multiplier / 0.1;
+  }
+  config.num_kv_heads = 1;
+  config.head_size = mla.latent_size();
+  return Status();
+}
+
+}  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig config;
@@ -79,14 +218,18 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   TACHYON_ASSIGN_OR_RETURN(config.ffn_size, meta.positive("feed_forward_length"));
   TACHYON_ASSIGN_OR_RETURN(config.num_heads, meta.positive("attention.head_count", 4096));
   config.num_kv_heads = config.num_heads;
-  if (meta.optional_uint("attention.head_count_kv")) {
+  if (config.architecture == "deepseek2") {
+    TACHYON_RETURN_IF_ERROR(read_gguf_latent_attention(meta, config));
+  } else if (meta.optional_uint("attention.head_count_kv")) {
     TACHYON_ASSIGN_OR_RETURN(config.num_kv_heads, meta.positive("attention.head_count_kv", 4096));
   }
   if (config.num_heads % config.num_kv_heads != 0) {
     return corrupt_data(fmt::format("{} query heads cannot be shared evenly by {} key/value heads",
                                     config.num_heads, config.num_kv_heads));
   }
-  if (meta.optional_uint("attention.key_length")) {
+  if (config.mla.enabled()) {
+    // head_size is the latent's (read_gguf_latent_attention).
+  } else if (meta.optional_uint("attention.key_length")) {
     TACHYON_ASSIGN_OR_RETURN(config.head_size, meta.positive("attention.key_length", 4096));
     const std::optional<uint64_t> value_length = meta.optional_uint("attention.value_length");
     if (value_length && *value_length != static_cast<uint64_t>(config.head_size)) {
@@ -109,7 +252,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
 
   RopeConfig& rope = config.rope;
   rope.dimensions = static_cast<int>(meta.optional_uint("rope.dimension_count").value_or(config.head_size));
-  if (rope.dimensions != config.head_size) {
+  if (config.mla.enabled()) {
+    rope.dimensions = config.mla.qk_rope_head_dim;
+  } else if (rope.dimensions != config.head_size) {
     return unsupported(fmt::format("partial RoPE ({} of {} dimensions) is not supported",
                                    rope.dimensions, config.head_size));
   }
@@ -126,6 +271,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
         meta.optional_uint("rope.scaling.original_context_length").value_or(config.context_length));
     rope.yarn_beta_fast = meta.optional_float("rope.scaling.yarn_beta_fast").value_or(32.0);
     rope.yarn_beta_slow = meta.optional_float("rope.scaling.yarn_beta_slow").value_or(1.0);
+    // DeepSeek's YaRN (mscale = mscale_all_dim in every released model): cos and sin
+    // unscaled, the softmax sharpened instead (LatentAttentionConfig::softmax_mscale).
+    if (config.mla.softmax_mscale > 0) rope.yarn_attention_factor = 1.0;
   } else {
     return unsupported(fmt::format("RoPE scaling '{}' is not supported (none, linear, yarn, and "
                                    "llama3 through rope_freqs.weight)",
@@ -147,6 +295,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
                                     fmt::join(embedding->shape, ", "), config.hidden_size));
   }
   config.vocab_size = static_cast<int>(embedding->shape[1]);
+  TACHYON_RETURN_IF_ERROR(read_gguf_experts(meta, file, config));
+  TACHYON_RETURN_IF_ERROR(config.validate_attention_and_experts());
   return config;
 }
 

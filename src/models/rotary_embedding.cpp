@@ -45,7 +45,9 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& config,
         inverse_frequencies_[j] = static_cast<float>(interpolated * ramp +
                                                      inverse_frequencies_[j] * (1.0 - ramp));
       }
-      attention_factor_ = static_cast<float>(0.1 * std::log(config.scaling_factor) + 1.0);
+      attention_factor_ = static_cast<float>(config.yarn_attention_factor >= 0
+                                                 ? config.yarn_attention_factor
+                                                 : 0.1 * std::log(config.scaling_factor) + 1.0);
       break;
     }
   }

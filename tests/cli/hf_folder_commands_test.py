@@ -86,7 +86,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         for config in tiny_models.CONFIGS:
-            dtype = "f16" if config.name.startswith("qwen") else "f32"
+            dtype = "f16" if "f16" in config.dtypes and config.name.startswith("qwen") else "f32"
             gguf_path = tiny_models.write_model(config.name, dtype, scratch / f"{config.name}.gguf")
             folder = tiny_models.write_hf_folder(config.name, dtype, scratch / config.name)
             text = "<|bos|>the and of 12345, with them!"
