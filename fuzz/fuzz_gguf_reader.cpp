@@ -1,10 +1,12 @@
 // Any byte string given to the GGUF reader yields a file or a Status, never a crash, a hang or
-// an unbounded allocation; whatever parses also survives building a tokenizer from it.
+// an unbounded allocation; whatever parses also survives building a tokenizer and a model
+// (config and weights: dense, MoE, MLA) from it.
 #include <cstddef>
 #include <cstdint>
 
 #include "model_files/gguf_file.h"
 #include "model_files/model_summary.h"
+#include "models/decoder_model.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -16,5 +18,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto ids = (*tokenizer)->encode("Hello <|im_start|> world 123 \xe2\x96\x81\xff");
     (void)(*tokenizer)->decode(ids);
   }
+  (void)tachyon::DecoderModel::load(**file);
   return 0;
 }

@@ -121,6 +121,77 @@ boost::json::object to_json(const ModelSummary& s, const std::string& path) {
   };
 }
 
+// Bytes the KV cache spends per token (keys and values of every layer, f16): what sets how
+// many tokens fit in memory. MLA caches one latent per token and layer (today stored as both
+// key and value).
+int64_t kv_bytes_per_token(const ModelConfig& config) {
+  return static_cast<int64_t>(config.num_layers) * 2 * config.kv_size() * 2;
+}
+
+// How the model attends and routes, as tachyon runs it (from its ModelConfig).
+void print_structure(const ModelConfig& config) {
+  auto line = [](const char* label, const std::string& value) {
+    std::printf("%-14s %s\n", label, value.c_str());
+  };
+  const LatentAttentionConfig& mla = config.mla;
+  if (mla.enabled()) {
+    line("attention",
+         fmt::format("MLA, {} heads: {}kv_lora {}, per head {} + {} rotary query/key dims, "
+                     "value {}; cached latent {} values per token per layer",
+                     config.num_heads,
+                     mla.q_lora_rank > 0 ? fmt::format("q_lora {}, ", mla.q_lora_rank) : "",
+                     mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim,
+                     mla.latent_size()));
+  }
+  const MixtureOfExpertsConfig& moe = config.moe;
+  if (moe.enabled()) {
+    std::string text = fmt::format("{} routed of {} ({} used per token, {}{}{}{})",
+                                   moe.num_experts, moe.expert_ffn_size, moe.experts_per_token,
+                                   moe.scoring == ExpertScoring::kSigmoid ? "sigmoid" : "softmax",
+                                   moe.has_selection_bias ? " + selection bias" : "",
+                                   moe.normalize_weights ? ", normalised" : "",
+                                   moe.weights_scale != 1.0
+                                       ? fmt::format(", scaled x{:g}", moe.weights_scale)
+                                       : "");
+    if (moe.num_groups > 1) {
+      text += fmt::format(", best {} of {} groups", moe.groups_used, moe.num_groups);
+    }
+    if (moe.shared_ffn_size > 0) text += fmt::format(", shared {}", moe.shared_ffn_size);
+    if (moe.first_dense_layers > 0) {
+      text += fmt::format(", first {} layer(s) dense", moe.first_dense_layers);
+    }
+    line("moe", text);
+  }
+  line("kv cache", fmt::format("{} bytes per token (f16)", kv_bytes_per_token(config)));
+}
+
+boost::json::object structure_json(const ModelConfig& config) {
+  boost::json::object out{{"kv_bytes_per_token", kv_bytes_per_token(config)}};
+  const LatentAttentionConfig& mla = config.mla;
+  if (mla.enabled()) {
+    out["mla"] = {{"q_lora_rank", mla.q_lora_rank},
+                  {"kv_lora_rank", mla.kv_lora_rank},
+                  {"qk_nope_head_dim", mla.qk_nope_head_dim},
+                  {"qk_rope_head_dim", mla.qk_rope_head_dim},
+                  {"v_head_dim", mla.v_head_dim}};
+  }
+  const MixtureOfExpertsConfig& moe = config.moe;
+  if (moe.enabled()) {
+    out["moe"] = {{"experts", moe.num_experts},
+                  {"experts_per_token", moe.experts_per_token},
+                  {"expert_ffn_size", moe.expert_ffn_size},
+                  {"shared_ffn_size", moe.shared_ffn_size},
+                  {"first_dense_layers", moe.first_dense_layers},
+                  {"scoring", moe.scoring == ExpertScoring::kSigmoid ? "sigmoid" : "softmax"},
+                  {"selection_bias", moe.has_selection_bias},
+                  {"normalize_weights", moe.normalize_weights},
+                  {"weights_scale", moe.weights_scale},
+                  {"groups", moe.num_groups},
+                  {"groups_used", moe.groups_used}};
+  }
+  return out;
+}
+
 // A Hugging Face folder: its shards, tensors by dtype and the config tachyon reads from it.
 Status print_folder(const HfCheckpoint& checkpoint, bool json) {
   std::map<std::string, int> dtypes;
@@ -148,6 +219,7 @@ Status print_folder(const HfCheckpoint& checkpoint, bool json) {
       out["head_size"] = config->head_size;
       out["vocabulary_size"] = config->vocab_size;
       out["context_length"] = config->context_length;
+      for (const auto& [key, value] : structure_json(*config)) out[key] = value;
     } else {
       out["config_error"] = config.status().message();
     }
@@ -169,6 +241,7 @@ Status print_folder(const HfCheckpoint& checkpoint, bool json) {
               "architecture", config->architecture.c_str(), config->num_layers,
               config->hidden_size, config->num_heads, config->num_kv_heads, config->head_size,
               config->vocab_size, config->context_length);
+  print_structure(*config);
   return Status();
 }
 
@@ -189,11 +262,22 @@ void add_info_command(CLI::App& app) {
     if (files->checkpoint) {
       Status status = print_folder(*files->checkpoint, options->json);
       if (!status.ok()) return fail(status.message());
-    } else if (options->json) {
-      const ModelSummary summary = summarize_model(*files->gguf);
-      std::printf("%s\n", boost::json::serialize(to_json(summary, files->path)).c_str());
     } else {
-      print_text(summarize_model(*files->gguf), files->path);
+      // The metadata as stored, then what tachyon makes of it (when it can run the model).
+      const ModelSummary summary = summarize_model(*files->gguf);
+      Result<ModelConfig> config = ModelConfig::from_gguf(*files->gguf);
+      if (options->json) {
+        boost::json::object out = to_json(summary, files->path);
+        if (config.ok()) {
+          for (const auto& [key, value] : structure_json(*config)) out[key] = value;
+        } else {
+          out["config_error"] = config.status().message();
+        }
+        std::printf("%s\n", boost::json::serialize(out).c_str());
+      } else {
+        print_text(summary, files->path);
+        if (config.ok()) print_structure(*config);
+      }
     }
     if (!options->json) {
       // What this machine would run the model with (TACHYON_CPU_LEVEL forces a level).

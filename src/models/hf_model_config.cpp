@@ -153,7 +153,10 @@ Status read_experts(const ConfigReader& read, const std::string& model_type,
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoint) {
-  const boost::json::object& json = checkpoint.config();
+  return from_hf_config(checkpoint.config());
+}
+
+Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json) {
   const ConfigReader read(json);
   ModelConfig config;
   const boost::json::value* model_type = json.if_contains("model_type");
@@ -197,7 +200,7 @@ Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoi
     // Their head_dim (if any) is the rotary part's; the attention runs over the latent.
     TACHYON_RETURN_IF_ERROR(read_latent_attention(read, config));
   }
-  if (config.head_size % 2 != 0) {
+  if (!config.mla.enabled() && config.head_size % 2 != 0) {
     return corrupt_data(fmt::format("head size {} is odd; RoPE needs pairs", config.head_size));
   }
   TACHYON_ASSIGN_OR_RETURN(config.vocab_size, read.positive("vocab_size", 1 << 24));

@@ -243,7 +243,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
     }
     config.head_size = config.hidden_size / config.num_heads;
   }
-  if (config.head_size % 2 != 0) {
+  if (!config.mla.enabled() && config.head_size % 2 != 0) {
     return corrupt_data(fmt::format("head size {} is odd; RoPE needs pairs", config.head_size));
   }
   TACHYON_ASSIGN_OR_RETURN(config.context_length, meta.positive("context_length", 1 << 24));

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
 
 #include "core/status.h"
-#include <vector>
 
 #include "model_files/gguf_file.h"
 #include "model_files/hf_checkpoint.h"
@@ -111,6 +113,8 @@ struct ModelConfig {
   // The same from config.json (model_type llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
   // deepseek_v2, deepseek_v3, kimi_k2).
   static Result<ModelConfig> from_hf_checkpoint(const HfCheckpoint& checkpoint);
+  // The same from config.json's parsed object.
+  static Result<ModelConfig> from_hf_config(const boost::json::object& config);
 
   // Sets the RoPE layout, qkv_bias and qk_norm that `architecture` implies; unsupported when
   // it is none of the supported ones.

@@ -30,6 +30,7 @@ struct EngineMetrics {
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;          // held by running requests
   int64_t kv_blocks_cached = 0;        // free but holding reusable prefix blocks
+  int64_t kv_bytes_per_token = 0;      // keys and values of every layer (MLA: its latent)
   uint64_t prompt_tokens_total = 0;    // prompt tokens of admitted requests
   uint64_t prefix_cache_queried_tokens_total = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hit_tokens_total = 0;      // of those, found in the cache

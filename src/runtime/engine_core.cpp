@@ -24,6 +24,10 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
       runner_(model, *cache_, pool),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
   metrics_.kv_blocks_total = cache_->num_blocks();
+  metrics_.kv_bytes_per_token = static_cast<int64_t>(
+      PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
+                                options.block_size, options.kv_cache_type) /
+      options.block_size);
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
 }
 

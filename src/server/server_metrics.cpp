@@ -111,6 +111,9 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
                   engine->generation_tokens_total);
     append_single(out, "tachyon:kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.",
                   labels, engine->kv_blocks_total);
+    append_single(out, "tachyon:kv_cache_bytes_per_token", "gauge",
+                  "KV cache bytes one token takes over all layers.", labels,
+                  engine->kv_bytes_per_token);
     append_single(out, "tachyon:kv_cache_blocks_used", "gauge",
                   "KV cache blocks held by running requests.", labels, engine->kv_blocks_used);
     append_single(out, "tachyon:kv_cache_blocks_cached", "gauge",

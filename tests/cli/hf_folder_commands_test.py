@@ -44,7 +44,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def check_serve(tachyon: str, folder: Path) -> None:
+def check_serve(tachyon: str, folder: Path, kv_bytes_per_token: int | None = None) -> None:
     port = free_port()
     server = subprocess.Popen([tachyon, "serve", "-m", str(folder), "--port", str(port), "-t", "2"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -73,6 +73,12 @@ def check_serve(tachyon: str, folder: Path) -> None:
             models = [m["id"] for m in json.load(response)["data"]]
         check("serve -m DIR names the model after the folder", models == [folder.name],
               str(models))
+        if kv_bytes_per_token is not None:
+            with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
+                metrics = response.read().decode()
+            line = f'tachyon:kv_cache_bytes_per_token{{model_name="{folder.name}"}} {kv_bytes_per_token}'
+            check(f"{folder.name}: /metrics reports the KV bytes per token", line in metrics,
+                  [m for m in metrics.splitlines() if "bytes_per_token" in m])
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -117,6 +123,17 @@ def main() -> int:
         check("template -m DIR renders tokenizer_config.json's template",
               rendered == "<|bos|><user>hi<assistant>", repr(rendered))
         check_serve(t, folder)
+
+        # MLA + MoE (a tiny Kimi-K2 shape): info describes both, serve answers and reports
+        # the latent cache's bytes per token (3 layers x keys and values x 40 latent x f16).
+        kimi = scratch / "kimi_k2_tiny"
+        info = json.loads(run(t, "info", "-m", str(kimi), "--json").stdout)
+        check("info -m DIR --json describes MLA and the experts",
+              info.get("architecture") == "deepseek2" and info.get("mla", {}).get("kv_lora_rank") == 32
+              and info.get("moe", {}).get("experts") == 16
+              and info.get("moe", {}).get("scoring") == "sigmoid"
+              and info.get("kv_bytes_per_token") == 480, json.dumps(info))
+        check_serve(t, kimi, kv_bytes_per_token=480)
 
         # Broken folders: one clear line each.
         broken = scratch / "broken"

@@ -252,33 +252,19 @@ TEST(DecoderModelTest, QuantizeAtLoadMatchesTheGgufPackagesQ8_0File) {
   }
 }
 
-// A Hugging Face folder whose config.json disagrees with its tensors, or asks for what tachyon
-// lacks, gets one clear error naming the field or tensor.
-TEST(DecoderModelTest, RejectsBrokenHuggingFaceFolders) {
+struct BadConfigCase {
+  std::string from, to, message;
+};
+
+// Each case: `folder`'s config.json with `from` replaced by `to` must fail to load with an
+// error containing `message`.
+void expect_broken_folders_fail(const std::string& folder, const std::vector<BadConfigCase>& cases) {
   namespace fs = std::filesystem;
-  const fs::path source = fs::path(models_dir()) / "llama_gqa.f32.hf";
+  const fs::path source = fs::path(models_dir()) / folder;
   ASSERT_TRUE(fs::is_directory(source)) << source << " (the ctest fixture make_tiny_models writes it)";
   const std::string config = read_file((source / "config.json").string());
-  struct BadCase {
-    std::string from, to, message;
-  };
-  const std::vector<BadCase> cases = {
-      {"\"hidden_size\": 64", "\"hidden_size\": 96",
-       "tensor 'model.embed_tokens.weight' has shape [64, 288], expected [96, 288]"},
-      {"\"vocab_size\": 288", "\"vocab_size\": 289",
-       "tensor 'model.embed_tokens.weight' has shape [64, 288], expected [64, 289]"},
-      {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3",
-       "tensor 'model.layers.2.input_layernorm.weight' is missing from"},
-      {"\"model_type\": \"llama\"", "\"model_type\": \"gpt_neox\"",
-       "architecture 'gpt_neox' is not supported"},
-      {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
-       "4 query heads cannot be shared evenly by 3 key/value heads"},
-      {"\"hidden_size\": 64", "\"hidden_size\": -64", "\"hidden_size\" is -64"},
-      {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"",
-       "\"tie_word_embeddings\" is \"no\", not true or false"},
-  };
   const fs::path copy = fs::temp_directory_path() / ("tachyon-bad-hf-" + std::to_string(::getpid()));
-  for (const BadCase& c : cases) {
+  for (const BadConfigCase& c : cases) {
     fs::remove_all(copy);
     fs::copy(source, copy, fs::copy_options::recursive);
     const size_t at = config.find(c.from);
@@ -294,6 +280,58 @@ TEST(DecoderModelTest, RejectsBrokenHuggingFaceFolders) {
         << c.to << ": got \"" << model.status().message() << "\"";
   }
   fs::remove_all(copy);
+}
+
+// A Hugging Face folder whose config.json disagrees with its tensors, or asks for what tachyon
+// lacks, gets one clear error naming the field or tensor.
+TEST(DecoderModelTest, RejectsBrokenHuggingFaceFolders) {
+  expect_broken_folders_fail(
+      "llama_gqa.f32.hf",
+      {
+          {"\"hidden_size\": 64", "\"hidden_size\": 96",
+           "tensor 'model.embed_tokens.weight' has shape [64, 288], expected [96, 288]"},
+          {"\"vocab_size\": 288", "\"vocab_size\": 289",
+           "tensor 'model.embed_tokens.weight' has shape [64, 288], expected [64, 289]"},
+          {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3",
+           "tensor 'model.layers.2.input_layernorm.weight' is missing from"},
+          {"\"model_type\": \"llama\"", "\"model_type\": \"gpt_neox\"",
+           "architecture 'gpt_neox' is not supported"},
+          {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
+           "4 query heads cannot be shared evenly by 3 key/value heads"},
+          {"\"hidden_size\": 64", "\"hidden_size\": -64", "\"hidden_size\" is -64"},
+          {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"",
+           "\"tie_word_embeddings\" is \"no\", not true or false"},
+      });
+}
+
+// The same for MoE and MLA numbers: experts, groups, latent sizes, dense lead layers.
+TEST(DecoderModelTest, RejectsBrokenExpertAndLatentConfigs) {
+  expect_broken_folders_fail(
+      "deepseek_v3_groups.f32.hf",
+      {
+          {"\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9",
+           "the router uses 9 experts per token of 8 experts"},
+          {"\"n_routed_experts\": 8", "\"n_routed_experts\": 16",
+           "tensor 'model.layers.1.mlp.gate.weight' has shape [64, 8], expected [64, 16]"},
+          {"\"n_group\": 4", "\"n_group\": 3", "8 experts in 3 groups, 2 groups used"},
+          {"\"topk_group\": 2", "\"topk_group\": 5", "8 experts in 4 groups, 5 groups used"},
+          {"\"n_group\": 4", "\"n_group\": 8", "groups of 1 expert score by their best two"},
+          {"\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 0",
+           "tensor 'model.layers.0.mlp.gate.weight' is missing from"},
+          {"\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 4",
+           "4 leading dense layers in a model of 3 layers"},
+          {"\"kv_lora_rank\": 32", "\"kv_lora_rank\": 48",
+           "tensor 'model.layers.0.self_attn.kv_a_proj_with_mqa.weight' has shape [64, 40], "
+           "expected [64, 56]"},
+          {"\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 7", "qk_rope_head_dim 7 (even"},
+          {"\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 48",
+           "tensor 'model.layers.1.mlp.experts.0.gate_proj.weight' has shape [64, 32], "
+           "expected [64, 48]"},
+          {"\"routed_scaling_factor\": 2.5", "\"routed_scaling_factor\": -1",
+           "expert weights scale is -1"},
+          {"\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 0",
+           "\"num_experts_per_tok\" is 0"},
+      });
 }
 
 TEST(DecoderModelTest, RejectsBadTokensAndPositions) {

@@ -124,6 +124,10 @@ TEST_P(ExpertModelEngineTest, PrefixCacheHitGivesTheSameTokens) {
   const EngineOutput warm = run_alone(*engine, greedy_request(prompt, 20));
   EXPECT_EQ(warm.cached_prompt_tokens, 32);
   EXPECT_EQ(warm.tokens, cold.tokens);
+  // MLA caches a latent of kv_lora_rank + qk_rope_head_dim values per token and layer.
+  const ModelConfig& config = loaded.model->config();
+  const int64_t per_layer = config.mla.enabled() ? config.mla.latent_size() : config.kv_size();
+  EXPECT_EQ(engine->metrics().kv_bytes_per_token, config.num_layers * 2 * per_layer * 2);
   expect_pool_back_to_full(*engine);
 }
 

@@ -78,6 +78,7 @@ TEST(ServerMetricsTest, EngineAndServerMetrics) {
   engine.prefix_cache_queried_tokens_total = 200;
   engine.prefix_cache_hit_tokens_total = 50;
   engine.preemptions_total = 2;
+  engine.kv_bytes_per_token = 480;
   Histogram steps({1, 8, 64});
   steps.observe(1);
   steps.observe(40);
@@ -94,6 +95,7 @@ TEST(ServerMetricsTest, EngineAndServerMetrics) {
   EXPECT_TRUE(contains(text, "tachyon:generation_tokens_total{" + label + "} 99\n"));
   EXPECT_TRUE(contains(text, "tachyon:kv_cache_blocks_used{" + label + "} 25\n"));
   EXPECT_TRUE(contains(text, "tachyon:kv_cache_blocks_total{" + label + "} 100\n"));
+  EXPECT_TRUE(contains(text, "tachyon:kv_cache_bytes_per_token{" + label + "} 480\n"));
   EXPECT_TRUE(contains(text, "tachyon:prefix_cache_hit_rate{" + label + "} 0.25\n"));
   EXPECT_TRUE(contains(text, "tachyon:num_preemptions_total{" + label + "} 2\n"));
   EXPECT_TRUE(
