@@ -469,7 +469,7 @@ def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
             for name, part in ((prefix + "attn_k_b.weight",
                                 per_head[:, :m["qk_nope_head_dim"], :].transpose(0, 2, 1)),
                                (prefix + "attn_v_b.weight", per_head[:, m["qk_nope_head_dim"]:, :])):
-                out[name] = _stored(np.ascontiguousarray(part), dtype)
+                out[name] = _stored(np.ascontiguousarray(part), dtype, name)
             continue
         name = gguf_tensor_name(hf_name)
         if config.gguf_rope_layout == "normal":
@@ -477,21 +477,23 @@ def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
                 array = permute_rows_for_gguf(array, config.num_heads)
             elif name.endswith(("attn_k.weight", "attn_k.bias")):
                 array = permute_rows_for_gguf(array, config.num_kv_heads)
-        out[name] = _stored(array, dtype)
+        out[name] = _stored(array, dtype, name)
     for name, experts in stacks.items():
-        out[name] = _stored(np.stack([experts[e] for e in range(len(experts))]), dtype)
+        out[name] = _stored(np.stack([experts[e] for e in range(len(experts))]), dtype, name)
     freqs = rope_freqs_factors(config)
     if freqs is not None:
         out["rope_freqs.weight"] = freqs
     return out
 
 
-def _stored(array: np.ndarray, dtype: str) -> np.ndarray:
+def _stored(array: np.ndarray, dtype: str, name: str = "") -> np.ndarray:
     """A weight as the GGUF file stores it: matrices (and stacks of them) in F16 or Q8_0 (the
-    gguf package's quantizer) when asked, vectors always F32."""
+    gguf package's quantizer) when asked, vectors always F32. As llama.cpp's quantizer does, Q8_0
+    files keep the router (ffn_gate_inp) and rows that are no whole number of blocks in F32."""
     if dtype == "f16" and array.ndim >= 2:
         array = array.astype(np.float16)
-    elif dtype == "q8_0" and array.ndim >= 2:
+    elif (dtype == "q8_0" and array.ndim >= 2 and array.shape[-1] % 32 == 0
+          and not name.endswith("ffn_gate_inp.weight")):
         array = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
     return np.ascontiguousarray(array)
 
@@ -694,7 +696,10 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
 
     tokens, merges, types = tokenizer_vocabulary(config.vocab_size)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
+    # "gpt-2" is llama.cpp's name for this pre-tokenizer (it refuses "gpt2"); the dense files
+    # keep the name they were made with, and so their sha256.
+    writer.add_tokenizer_pre("gpt-2" if config.moe is not None or config.mla is not None
+                             else "gpt2")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
@@ -880,14 +885,18 @@ def hf_folder_name(name: str, dtype: str) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: tiny_models.py OUT_DIR")
+    """tiny_models.py OUT_DIR [NAME.DTYPE ...]: every config in each of its dtypes, or the
+    named ones (e.g. deepseek_v3_groups.q8_0)."""
+    if len(sys.argv) < 2:
+        sys.exit("usage: tiny_models.py OUT_DIR [NAME.DTYPE ...]")
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for config in CONFIGS:
-        for dtype in config.dtypes:
-            path = write_model(config.name, dtype, out / gguf_file_name(config.name, dtype))
-            print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+    wanted = [tuple(arg.rsplit(".", 1)) for arg in sys.argv[2:]]
+    if not wanted:
+        wanted = [(config.name, dtype) for config in CONFIGS for dtype in config.dtypes]
+    for name, dtype in wanted:
+        path = write_model(name, dtype, out / gguf_file_name(name, dtype))
+        print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 
 if __name__ == "__main__":

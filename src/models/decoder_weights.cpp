@@ -178,6 +178,11 @@ class TensorLoader {
     const bool float_matrix = tensor.type == DType::kF32 || tensor.type == DType::kF16 ||
                               tensor.type == DType::kBF16;
     if (!quantize_ || !float_matrix) return Status();
+    // The router stays as stored, as llama.cpp's quantizer leaves it: its scores choose the
+    // experts, and an 8-bit router would choose others.
+    if (tensor.name.ends_with("ffn_gate_inp.weight") || tensor.name.ends_with("mlp.gate.weight")) {
+      return Status();
+    }
     if (cols % 32 != 0) {
       return unsupported(fmt::format("tensor '{}' has rows of {} values; --quantize {} needs a "
                                      "multiple of 32",

@@ -28,6 +28,17 @@ def main() -> int:
             print(f"{path.name}: sha256 {digest} differs from the manifest's {entry['gguf_sha256']} "
                   f"(numpy or gguf version drift?)")
             problems += 1
+    # The MoE / MLA files llama.cpp's logits were recorded on (tests/golden/llamacpp_moe).
+    reference = json.loads((ROOT / "tests/golden/llamacpp_moe/manifest.json").read_text())
+    for entry in reference["entries"]:
+        path = out / entry["gguf"]
+        if not path.exists():
+            tiny_models.write_model(entry["config"], entry["dtype"], path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != entry["gguf_sha256"]:
+            print(f"{path.name}: sha256 {digest} differs from llama.cpp's reference "
+                  f"{entry['gguf_sha256']}")
+            problems += 1
     # Block-scaled FP8 folders and their BF16 dequantizations (decoder_model_test compares).
     for name in ("llama_gqa", "qwen3_qknorm"):
         tiny_models.write_hf_fp8_folders(name, out / name)
