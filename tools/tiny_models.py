@@ -79,6 +79,8 @@ class TinyConfig:
     # deepseek2 GGUF: llama.cpp's current layout (attn_k_b / attn_v_b, one latent KV head) or
     # the older one (attn_kv_b).
     gguf_split_kv_b: bool = True
+    # DeepSeek-V3's multi-token prediction ("NextN") layers after the trunk's num_layers.
+    mtp_layers: int = 0
 
     @property
     def head_size(self) -> int:
@@ -161,7 +163,7 @@ CONFIGS += [
     TinyConfig(
         name="deepseek_v3_groups", arch="deepseek2", model_type="deepseek_v3", seed=111,
         vocab_size=280, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
-        mla=_MLA,
+        mla=_MLA, mtp_layers=1,
         moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, shared_experts=1,
                  first_dense=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
                  norm_topk_prob=True),
@@ -169,7 +171,7 @@ CONFIGS += [
                       "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
         description="DeepSeek-V3 shape: MLA with q_lora, sigmoid router with selection bias, "
                     "4 expert groups of which 2 are used, 1 shared expert, 1 dense lead layer, "
-                    "YaRN with mscale = mscale_all_dim = 1"),
+                    "YaRN with mscale = mscale_all_dim = 1, 1 multi-token prediction layer"),
     TinyConfig(
         name="deepseek_v2_lite", arch="deepseek2", model_type="deepseek_v2", seed=130,
         vocab_size=264, num_layers=3, ffn_size=96, num_heads=4, num_kv_heads=4, dtypes=("f32",),
@@ -310,62 +312,77 @@ def _random_moe_weights(config: TinyConfig, w: dict, normal, norm) -> dict[str, 
     expert (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1/w3/w2)."""
     hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
     for layer in range(config.num_layers):
-        p = f"model.layers.{layer}."
-        w[p + "input_layernorm.weight"] = norm(hidden)
-        if config.mla is not None:
-            m = config.mla
-            qk_head = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
-            if m["q_lora_rank"]:
-                w[p + "self_attn.q_a_proj.weight"] = normal(QK_STD, m["q_lora_rank"], hidden)
-                w[p + "self_attn.q_a_layernorm.weight"] = norm(m["q_lora_rank"])
-                w[p + "self_attn.q_b_proj.weight"] = normal(QK_STD, config.num_heads * qk_head,
-                                                            m["q_lora_rank"])
-            else:
-                w[p + "self_attn.q_proj.weight"] = normal(QK_STD, config.num_heads * qk_head, hidden)
-            w[p + "self_attn.kv_a_proj_with_mqa.weight"] = normal(
-                QK_STD, m["kv_lora_rank"] + m["qk_rope_head_dim"], hidden)
-            w[p + "self_attn.kv_a_layernorm.weight"] = norm(m["kv_lora_rank"])
-            w[p + "self_attn.kv_b_proj.weight"] = normal(
-                QK_STD, config.num_heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
-                m["kv_lora_rank"])
-            w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden,
-                                                      config.num_heads * m["v_head_dim"])
-        else:
-            q_size, kv_size = config.num_heads * head, config.num_kv_heads * head
-            w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
-            w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
-            w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
-            if config.qk_norm:
-                w[p + "self_attn.q_norm.weight"] = norm(head)
-                w[p + "self_attn.k_norm.weight"] = norm(head)
-            w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
-        w[p + "post_attention_layernorm.weight"] = norm(hidden)
-        if not config.has_experts(layer):
-            w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
-            w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
-            w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
-            continue
-        moe = config.moe
-        experts, expert_ffn = moe["num_experts"], moe["expert_ffn"]
-        mixtral = config.hf_model_type == "mixtral"
-        block = p + ("block_sparse_moe." if mixtral else "mlp.")
-        w[block + "gate.weight"] = normal(moe.get("router_std", ROUTER_STD), experts, hidden)
-        if config.hf_model_type in ("deepseek_v3", "kimi_k2"):
-            w[block + "gate.e_score_correction_bias"] = normal(SELECTION_BIAS_STD, experts)
-        for e in range(experts):
-            names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
-            w[f"{block}experts.{e}.{names[0]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
-            w[f"{block}experts.{e}.{names[1]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
-            w[f"{block}experts.{e}.{names[2]}.weight"] = normal(OTHER_STD, hidden, expert_ffn)
-        if moe.get("shared_experts"):
-            shared = moe["shared_experts"] * expert_ffn
-            w[block + "shared_experts.gate_proj.weight"] = normal(OTHER_STD, shared, hidden)
-            w[block + "shared_experts.up_proj.weight"] = normal(OTHER_STD, shared, hidden)
-            w[block + "shared_experts.down_proj.weight"] = normal(OTHER_STD, hidden, shared)
+        _random_decoder_layer(config, layer, w, normal, norm)
     w["model.norm.weight"] = norm(hidden)
     if not config.tied_embeddings:
         w["lm_head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
+    for layer in range(config.num_layers, config.num_layers + config.mtp_layers):
+        # DeepSeek-V3's checkpoint layout for its NextN layer: a decoder layer plus these.
+        p = f"model.layers.{layer}."
+        _random_decoder_layer(config, layer, w, normal, norm)
+        w[p + "eh_proj.weight"] = normal(OTHER_STD, hidden, 2 * hidden)
+        w[p + "enorm.weight"] = norm(hidden)
+        w[p + "hnorm.weight"] = norm(hidden)
+        w[p + "embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, hidden)
+        w[p + "shared_head.norm.weight"] = norm(hidden)
+        w[p + "shared_head.head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
     return w
+
+
+def _random_decoder_layer(config: TinyConfig, layer: int, w: dict, normal, norm) -> None:
+    hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
+    p = f"model.layers.{layer}."
+    w[p + "input_layernorm.weight"] = norm(hidden)
+    if config.mla is not None:
+        m = config.mla
+        qk_head = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+        if m["q_lora_rank"]:
+            w[p + "self_attn.q_a_proj.weight"] = normal(QK_STD, m["q_lora_rank"], hidden)
+            w[p + "self_attn.q_a_layernorm.weight"] = norm(m["q_lora_rank"])
+            w[p + "self_attn.q_b_proj.weight"] = normal(QK_STD, config.num_heads * qk_head,
+                                                        m["q_lora_rank"])
+        else:
+            w[p + "self_attn.q_proj.weight"] = normal(QK_STD, config.num_heads * qk_head, hidden)
+        w[p + "self_attn.kv_a_proj_with_mqa.weight"] = normal(
+            QK_STD, m["kv_lora_rank"] + m["qk_rope_head_dim"], hidden)
+        w[p + "self_attn.kv_a_layernorm.weight"] = norm(m["kv_lora_rank"])
+        w[p + "self_attn.kv_b_proj.weight"] = normal(
+            QK_STD, config.num_heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
+            m["kv_lora_rank"])
+        w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden,
+                                                  config.num_heads * m["v_head_dim"])
+    else:
+        q_size, kv_size = config.num_heads * head, config.num_kv_heads * head
+        w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
+        w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
+        w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
+        if config.qk_norm:
+            w[p + "self_attn.q_norm.weight"] = norm(head)
+            w[p + "self_attn.k_norm.weight"] = norm(head)
+        w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
+    w[p + "post_attention_layernorm.weight"] = norm(hidden)
+    if not config.has_experts(layer):
+        w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+        w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
+        w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
+        return
+    moe = config.moe
+    experts, expert_ffn = moe["num_experts"], moe["expert_ffn"]
+    mixtral = config.hf_model_type == "mixtral"
+    block = p + ("block_sparse_moe." if mixtral else "mlp.")
+    w[block + "gate.weight"] = normal(moe.get("router_std", ROUTER_STD), experts, hidden)
+    if config.hf_model_type in ("deepseek_v3", "kimi_k2"):
+        w[block + "gate.e_score_correction_bias"] = normal(SELECTION_BIAS_STD, experts)
+    for e in range(experts):
+        names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        w[f"{block}experts.{e}.{names[0]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
+        w[f"{block}experts.{e}.{names[1]}.weight"] = normal(OTHER_STD, expert_ffn, hidden)
+        w[f"{block}experts.{e}.{names[2]}.weight"] = normal(OTHER_STD, hidden, expert_ffn)
+    if moe.get("shared_experts"):
+        shared = moe["shared_experts"] * expert_ffn
+        w[block + "shared_experts.gate_proj.weight"] = normal(OTHER_STD, shared, hidden)
+        w[block + "shared_experts.up_proj.weight"] = normal(OTHER_STD, shared, hidden)
+        w[block + "shared_experts.down_proj.weight"] = normal(OTHER_STD, hidden, shared)
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,6 +416,12 @@ _LAYER_TENSOR_NAMES = {
     "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
     "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "eh_proj.weight": "nextn.eh_proj.weight",
+    "enorm.weight": "nextn.enorm.weight",
+    "hnorm.weight": "nextn.hnorm.weight",
+    "embed_tokens.weight": "nextn.embed_tokens.weight",
+    "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+    "shared_head.head.weight": "nextn.shared_head_head.weight",
 }
 # Per-expert tensors (<block>.experts.E.<name>) stack into one GGUF tensor per layer.
 _EXPERT_TENSOR_NAMES = {"gate_proj": "ffn_gate_exps.weight", "w1": "ffn_gate_exps.weight",
@@ -675,7 +698,9 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.add_file_type(int(file_type))
     writer.add_context_length(config.context_length)
     writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_layers)
+    writer.add_block_count(config.num_layers + config.mtp_layers)
+    if config.mtp_layers:
+        writer.add_nextn_predict_layers(config.mtp_layers)
     writer.add_feed_forward_length(config.ffn_size)
     writer.add_head_count(config.num_heads)
     if config.mla is None:  # (this order keeps the dense files' bytes, and so their sha256)
@@ -748,6 +773,8 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
                    first_k_dense_replace=moe.get("first_dense", 0),
                    norm_topk_prob=moe.get("norm_topk_prob", False),
                    routed_scaling_factor=moe.get("routed_scaling_factor", 1.0), moe_layer_freq=1)
+        if config.mtp_layers:
+            out["num_nextn_predict_layers"] = config.mtp_layers
         if model_type == "deepseek_v2":
             out.update(topk_method="greedy", scoring_func="softmax", n_group=None, topk_group=None)
         else:

@@ -252,7 +252,13 @@ std::string hf_tensor_name(const std::string& gguf_name, const ModelConfig& conf
       {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
       {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
       {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
-      {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"}};
+      {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+      {"nextn.eh_proj.weight", "eh_proj.weight"},
+      {"nextn.enorm.weight", "enorm.weight"},
+      {"nextn.hnorm.weight", "hnorm.weight"},
+      {"nextn.embed_tokens.weight", "embed_tokens.weight"},
+      {"nextn.shared_head_head.weight", "shared_head.head.weight"},
+      {"nextn.shared_head_norm.weight", "shared_head.norm.weight"}};
   if (auto it = kGlobal.find(gguf_name); it != kGlobal.end()) return it->second;
   // blk.N.rest -> model.layers.N.<rest's name>
   const size_t dot = gguf_name.find('.', 4);
@@ -491,6 +497,80 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const std::st
   return Status();
 }
 
+// Layer `i`'s attention and feed-forward weights (a trunk layer or, past them, an MTP layer's).
+Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWeights& layer) {
+  const int64_t hidden = config.hidden_size;
+  const std::string prefix = fmt::format("blk.{}.", i);
+  TACHYON_ASSIGN_OR_RETURN(layer.attention_norm, load.vector(prefix + "attn_norm.weight", hidden));
+  if (config.mla.enabled()) {
+    TACHYON_RETURN_IF_ERROR(load_latent_attention(load, config, prefix, layer.mla));
+    TACHYON_ASSIGN_OR_RETURN(
+        layer.attention_output,
+        load.matrix(prefix + "attn_output.weight", hidden,
+                    static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim));
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(layer.query,
+                             load.matrix(prefix + "attn_q.weight", config.q_size(), hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.key,
+                             load.matrix(prefix + "attn_k.weight", config.kv_size(), hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.value,
+                             load.matrix(prefix + "attn_v.weight", config.kv_size(), hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.attention_output,
+                             load.matrix(prefix + "attn_output.weight", hidden, config.q_size()));
+  }
+  if (config.qkv_bias) {
+    TACHYON_ASSIGN_OR_RETURN(layer.query_bias, load.vector(prefix + "attn_q.bias", config.q_size()));
+    TACHYON_ASSIGN_OR_RETURN(layer.key_bias, load.vector(prefix + "attn_k.bias", config.kv_size()));
+    TACHYON_ASSIGN_OR_RETURN(layer.value_bias, load.vector(prefix + "attn_v.bias", config.kv_size()));
+  }
+  if (config.qk_norm) {
+    TACHYON_ASSIGN_OR_RETURN(layer.query_norm,
+                             load.vector(prefix + "attn_q_norm.weight", config.head_size));
+    TACHYON_ASSIGN_OR_RETURN(layer.key_norm,
+                             load.vector(prefix + "attn_k_norm.weight", config.head_size));
+  }
+  TACHYON_ASSIGN_OR_RETURN(layer.ffn_norm, load.vector(prefix + "ffn_norm.weight", hidden));
+  if (config.moe.layer_has_experts(i)) {
+    layer.has_experts = true;
+    TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(layer.gate,
+                             load.matrix(prefix + "ffn_gate.weight", config.ffn_size, hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.up,
+                             load.matrix(prefix + "ffn_up.weight", config.ffn_size, hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.down,
+                             load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
+  }
+  return Status();
+}
+
+// MTP layer `i` (numbered after the trunk's layers): its decoder layer and the NextN parts.
+Status load_mtp_layer(TensorLoader& load, const ModelConfig& config, const DecoderWeights& trunk,
+                      int i, MtpLayerWeights& mtp) {
+  const int64_t hidden = config.hidden_size;
+  const std::string prefix = fmt::format("blk.{}.nextn.", i);
+  TACHYON_RETURN_IF_ERROR(load_layer(load, config, i, mtp.layer));
+  TACHYON_ASSIGN_OR_RETURN(mtp.eh_proj, load.matrix(prefix + "eh_proj.weight", hidden, 2 * hidden));
+  TACHYON_ASSIGN_OR_RETURN(mtp.enorm, load.vector(prefix + "enorm.weight", hidden));
+  TACHYON_ASSIGN_OR_RETURN(mtp.hnorm, load.vector(prefix + "hnorm.weight", hidden));
+  if (load.has(prefix + "shared_head_norm.weight")) {
+    TACHYON_ASSIGN_OR_RETURN(mtp.head_norm, load.vector(prefix + "shared_head_norm.weight", hidden));
+  } else {
+    mtp.head_norm = trunk.output_norm;
+  }
+  mtp.embedding = trunk.token_embedding;
+  if (load.has(prefix + "embed_tokens.weight")) {
+    TACHYON_ASSIGN_OR_RETURN(mtp.embedding,
+                             load.matrix(prefix + "embed_tokens.weight", config.vocab_size, hidden));
+  }
+  mtp.head = trunk.output;
+  if (load.has(prefix + "shared_head_head.weight")) {
+    TACHYON_ASSIGN_OR_RETURN(mtp.head, load.matrix(prefix + "shared_head_head.weight",
+                                                   config.vocab_size, hidden));
+  }
+  return Status();
+}
+
 // The tensors of `config`'s decoder, by GGUF name.
 Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
                     std::optional<DType> quantize, DecoderWeights& weights) {
@@ -516,49 +596,14 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
   }
 
   for (int i = 0; i < config.num_layers; ++i) {
-    const std::string prefix = fmt::format("blk.{}.", i);
     LayerWeights layer;
-    TACHYON_ASSIGN_OR_RETURN(layer.attention_norm, load.vector(prefix + "attn_norm.weight", hidden));
-    if (config.mla.enabled()) {
-      TACHYON_RETURN_IF_ERROR(load_latent_attention(load, config, prefix, layer.mla));
-      TACHYON_ASSIGN_OR_RETURN(
-          layer.attention_output,
-          load.matrix(prefix + "attn_output.weight", hidden,
-                      static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim));
-    } else {
-      TACHYON_ASSIGN_OR_RETURN(layer.query,
-                               load.matrix(prefix + "attn_q.weight", config.q_size(), hidden));
-      TACHYON_ASSIGN_OR_RETURN(layer.key,
-                               load.matrix(prefix + "attn_k.weight", config.kv_size(), hidden));
-      TACHYON_ASSIGN_OR_RETURN(layer.value,
-                               load.matrix(prefix + "attn_v.weight", config.kv_size(), hidden));
-      TACHYON_ASSIGN_OR_RETURN(layer.attention_output,
-                               load.matrix(prefix + "attn_output.weight", hidden, config.q_size()));
-    }
-    if (config.qkv_bias) {
-      TACHYON_ASSIGN_OR_RETURN(layer.query_bias, load.vector(prefix + "attn_q.bias", config.q_size()));
-      TACHYON_ASSIGN_OR_RETURN(layer.key_bias, load.vector(prefix + "attn_k.bias", config.kv_size()));
-      TACHYON_ASSIGN_OR_RETURN(layer.value_bias, load.vector(prefix + "attn_v.bias", config.kv_size()));
-    }
-    if (config.qk_norm) {
-      TACHYON_ASSIGN_OR_RETURN(layer.query_norm,
-                               load.vector(prefix + "attn_q_norm.weight", config.head_size));
-      TACHYON_ASSIGN_OR_RETURN(layer.key_norm,
-                               load.vector(prefix + "attn_k_norm.weight", config.head_size));
-    }
-    TACHYON_ASSIGN_OR_RETURN(layer.ffn_norm, load.vector(prefix + "ffn_norm.weight", hidden));
-    if (config.moe.layer_has_experts(i)) {
-      layer.has_experts = true;
-      TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
-    } else {
-      TACHYON_ASSIGN_OR_RETURN(layer.gate,
-                               load.matrix(prefix + "ffn_gate.weight", config.ffn_size, hidden));
-      TACHYON_ASSIGN_OR_RETURN(layer.up,
-                               load.matrix(prefix + "ffn_up.weight", config.ffn_size, hidden));
-      TACHYON_ASSIGN_OR_RETURN(layer.down,
-                               load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
-    }
+    TACHYON_RETURN_IF_ERROR(load_layer(load, config, i, layer));
     weights.layers.push_back(layer);
+  }
+  for (int k = 0; k < config.num_mtp_layers; ++k) {
+    MtpLayerWeights mtp;
+    TACHYON_RETURN_IF_ERROR(load_mtp_layer(load, config, weights, config.num_layers + k, mtp));
+    weights.mtp_layers.push_back(mtp);
   }
   weights.experts_per_token = config.moe.experts_per_token;
   weights.set_decode_prefetch();

@@ -61,12 +61,27 @@ struct LayerWeights {
   bool has_experts = false;
 };
 
+// A multi-token prediction layer (ModelConfig::num_mtp_layers, DeepSeek-V3's "NextN"): a
+// decoder layer whose input is eh_proj · [enorm(embedding of token t+1), hnorm(the trunk's last
+// hidden state at t)], predicting token t+2 through head_norm and the head. Kept for
+// speculative decoding.
+struct MtpLayerWeights {
+  LayerWeights layer;
+  kernels::WeightMatrix eh_proj;        // [hidden, 2 * hidden]
+  const float* enorm = nullptr;         // f32 [hidden]
+  const float* hnorm = nullptr;         // f32 [hidden]
+  const float* head_norm = nullptr;     // f32 [hidden]
+  kernels::WeightMatrix embedding;      // [vocab, hidden]: its own copy, else the trunk's
+  kernels::WeightMatrix head;           // [vocab, hidden]: its own copy, else the trunk's output
+};
+
 struct DecoderWeights {
   kernels::WeightMatrix token_embedding;  // [vocab, hidden]
   const float* output_norm = nullptr;     // f32 [hidden]
   kernels::WeightMatrix output;           // [vocab, hidden]; the embedding when tied
   std::vector<float> rope_frequency_factors;  // f32 [head_size/2], llama3 only
   std::vector<LayerWeights> layers;
+  std::vector<MtpLayerWeights> mtp_layers;  // ModelConfig::num_mtp_layers of them
   int experts_per_token = 0;  // of the MoE layers' experts, as the config says
 
   // `quantize` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0): F32, F16 and BF16 matrices (and FP8 ones,

@@ -212,6 +212,9 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
   if (deepseek || type == "mixtral" || type == "qwen3_moe") {
     TACHYON_RETURN_IF_ERROR(read_experts(read, type, config));
   }
+  if (deepseek) {
+    TACHYON_ASSIGN_OR_RETURN(config.num_mtp_layers, read.count_or("num_nextn_predict_layers", 0, 16));
+  }
 
   RopeConfig& rope = config.rope;
   rope.dimensions = deepseek ? config.mla.qk_rope_head_dim : config.head_size;

@@ -214,6 +214,13 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
 
   const MetadataReader meta(file, config.architecture + ".");
   TACHYON_ASSIGN_OR_RETURN(config.num_layers, meta.positive("block_count", 4096));
+  // block_count includes the multi-token prediction layers, which come last.
+  TACHYON_ASSIGN_OR_RETURN(config.num_mtp_layers, meta.count_or("nextn_predict_layers", 0, 16));
+  if (config.num_mtp_layers >= config.num_layers) {
+    return corrupt_data(fmt::format("{} of {} layers are multi-token prediction layers",
+                                    config.num_mtp_layers, config.num_layers));
+  }
+  config.num_layers -= config.num_mtp_layers;
   TACHYON_ASSIGN_OR_RETURN(config.hidden_size, meta.positive("embedding_length"));
   TACHYON_ASSIGN_OR_RETURN(config.ffn_size, meta.positive("feed_forward_length"));
   TACHYON_ASSIGN_OR_RETURN(config.num_heads, meta.positive("attention.head_count", 4096));

@@ -103,6 +103,9 @@ struct ModelConfig {
   // latent] after absorption, the cache holds one latent per token.
   LatentAttentionConfig mla;
   MixtureOfExpertsConfig moe;
+  // Multi-token prediction layers after the num_layers of the trunk (DeepSeek-V3's layer 61):
+  // loaded and kept for speculative decoding, not run by forward().
+  int num_mtp_layers = 0;
 
   int q_size() const { return num_heads * head_size; }
   int kv_size() const { return num_kv_heads * head_size; }

@@ -281,6 +281,46 @@ TEST(DecoderModelTest, MatchesLlamaCppOnExpertAndLatentModels) {
   }
 }
 
+// DeepSeek-V3's multi-token prediction layer (after the trunk's layers: GGUF blk.3.nextn.*,
+// Hugging Face model.layers.3.*) is loaded and kept, the same from both files, and not run.
+TEST(DecoderModelTest, KeepsTheMultiTokenPredictionLayer) {
+  Result<std::unique_ptr<GgufFile>> file =
+      GgufFile::open(models_dir() + "/deepseek_v3_groups.f32.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  Result<std::unique_ptr<DecoderModel>> from_gguf = DecoderModel::load(**file);
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().message();
+  Result<std::unique_ptr<HfCheckpoint>> checkpoint =
+      HfCheckpoint::open(models_dir() + "/deepseek_v3_groups.f32.hf");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+  Result<std::unique_ptr<DecoderModel>> from_hf = DecoderModel::load(**checkpoint);
+  ASSERT_TRUE(from_hf.ok()) << from_hf.status().message();
+  for (const auto* model : {&*from_gguf, &*from_hf}) {
+    const ModelConfig& config = (*model)->config();
+    EXPECT_EQ(config.num_layers, 3);
+    EXPECT_EQ(config.num_mtp_layers, 1);
+    const DecoderWeights& weights = (*model)->weights();
+    EXPECT_EQ(weights.layers.size(), 3u);
+    ASSERT_EQ(weights.mtp_layers.size(), 1u);
+    const MtpLayerWeights& mtp = weights.mtp_layers[0];
+    EXPECT_EQ(mtp.eh_proj.rows, config.hidden_size);
+    EXPECT_EQ(mtp.eh_proj.cols, 2 * config.hidden_size);
+    EXPECT_TRUE(mtp.layer.has_experts);
+    EXPECT_EQ(mtp.layer.experts.gate.size(), 8u);
+    EXPECT_EQ(mtp.layer.mla.key_absorb.size(), 4u);
+    EXPECT_NE(mtp.embedding.data, weights.token_embedding.data);  // the file's own copy
+    EXPECT_NE(mtp.head.data, weights.output.data);
+  }
+  // The same values from both files (F32, read back from the kept matrices).
+  const MtpLayerWeights& a = (*from_gguf)->weights().mtp_layers[0];
+  const MtpLayerWeights& b = (*from_hf)->weights().mtp_layers[0];
+  for (const auto& [x, y] : {std::pair{&a.eh_proj, &b.eh_proj}, {&a.head, &b.head},
+                             {&a.layer.experts.down[5], &b.layer.experts.down[5]}}) {
+    ASSERT_EQ(x->type, DType::kF32);
+    EXPECT_EQ(0, std::memcmp(x->data, y->data, x->row_bytes() * x->rows));
+  }
+  EXPECT_EQ(0, std::memcmp(a.hnorm, b.hnorm, 64 * sizeof(float)));
+}
+
 // Block-scaled FP8 weights (F8_E4M3 + weight_scale_inv in 32x32 blocks, as DeepSeek-V3 ships
 // them in 128x128) load as the models' own code dequantizes them: the logits are bit for bit
 // those of the same model whose matrices ml_dtypes and numpy dequantized to BF16
