@@ -50,9 +50,20 @@ Result<std::unique_ptr<Tokenizer>> ModelFiles::load_tokenizer() const {
     if (gguf) return Tokenizer::from_gguf(*gguf);
     TACHYON_ASSIGN_OR_RETURN(std::optional<std::string> json,
                              read_optional(fs::path(path) / "tokenizer.json"));
-    if (!json) return not_found("no tokenizer.json (tachyon reads Hugging Face tokenizers from it)");
     TACHYON_ASSIGN_OR_RETURN(std::optional<std::string> config,
                              read_optional(fs::path(path) / "tokenizer_config.json"));
+    if (!json) {
+      // Kimi-K2 ships tiktoken ranks instead.
+      TACHYON_ASSIGN_OR_RETURN(std::optional<std::string> ranks,
+                               read_optional(fs::path(path) / "tiktoken.model"));
+      if (ranks && config) {
+        TACHYON_ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::from_tiktoken(*ranks, *config));
+        return Tokenizer::from_vocabulary(std::move(vocabulary));
+      }
+      if (ranks) return not_found("tiktoken.model without tokenizer_config.json");
+      return not_found("no tokenizer.json (tachyon reads Hugging Face tokenizers from it, or "
+                       "Kimi's tiktoken.model)");
+    }
     std::optional<std::string_view> config_view;
     if (config) config_view = *config;
     TACHYON_ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::from_hf_tokenizer(*json, config_view));

@@ -4,18 +4,11 @@
 #include <fmt/format.h>
 
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 #include "tokenizer/vocabulary.h"
 
 namespace tachyon {
 namespace {
-
-Result<boost::json::object> parse_object(std::string_view text, std::string_view what) {
-  boost::json::error_code error;
-  boost::json::value value = boost::json::parse(text, error);
-  if (error) return corrupt_data(fmt::format("{} is not valid JSON: {}", what, error.message()));
-  if (!value.is_object()) return corrupt_data(fmt::format("{} is not a JSON object", what));
-  return std::move(value.get_object());
-}
 
 std::string shown(const boost::json::value& value) {
   std::string text = boost::json::serialize(value);
@@ -88,10 +81,40 @@ std::optional<std::string> special_token_text(const boost::json::object& config,
 
 }  // namespace
 
+Result<boost::json::object> parse_json_object(std::string_view text, std::string_view what) {
+  boost::json::error_code error;
+  boost::json::value value = boost::json::parse(text, error);
+  if (error) return corrupt_data(fmt::format("{} is not valid JSON: {}", what, error.message()));
+  if (!value.is_object()) return corrupt_data(fmt::format("{} is not a JSON object", what));
+  return std::move(value.get_object());
+}
+
+Status apply_tokenizer_config(const boost::json::object& config, Vocabulary& vocabulary) {
+  auto id_of = [&](std::string_view key) -> Result<std::optional<TokenId>> {
+    const std::optional<std::string> text = special_token_text(config, key);
+    if (!text) return std::optional<TokenId>();
+    const std::optional<TokenId> id = vocabulary.find(*text);
+    if (!id) {
+      return corrupt_data(fmt::format("tokenizer_config.json {} \"{}\" is not in the vocabulary",
+                                      key, *text));
+    }
+    return id;
+  };
+  TACHYON_ASSIGN_OR_RETURN(vocabulary.bos_id, id_of("bos_token"));
+  TACHYON_ASSIGN_OR_RETURN(vocabulary.eos_id, id_of("eos_token"));
+  TACHYON_ASSIGN_OR_RETURN(vocabulary.unknown_id, id_of("unk_token"));
+  TACHYON_ASSIGN_OR_RETURN(vocabulary.padding_id, id_of("pad_token"));
+  const boost::json::value* add_bos = config.if_contains("add_bos_token");
+  vocabulary.add_bos = add_bos != nullptr && add_bos->is_bool() && add_bos->get_bool();
+  const boost::json::value* add_eos = config.if_contains("add_eos_token");
+  vocabulary.add_eos = add_eos != nullptr && add_eos->is_bool() && add_eos->get_bool();
+  return Status();
+}
+
 Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json,
                                                  std::optional<std::string_view> config_json) {
   TACHYON_ASSIGN_OR_RETURN(const boost::json::object tokenizer,
-                           parse_object(tokenizer_json, "tokenizer.json"));
+                           parse_json_object(tokenizer_json, "tokenizer.json"));
   const boost::json::value* model_value = tokenizer.if_contains("model");
   if (model_value == nullptr || !model_value->is_object()) {
     return corrupt_data("tokenizer.json has no \"model\" object");
@@ -223,25 +246,8 @@ Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json
   // BOS/EOS from tokenizer_config.json.
   if (config_json) {
     TACHYON_ASSIGN_OR_RETURN(const boost::json::object config,
-                             parse_object(*config_json, "tokenizer_config.json"));
-    auto id_of = [&](std::string_view key) -> Result<std::optional<TokenId>> {
-      const std::optional<std::string> text = special_token_text(config, key);
-      if (!text) return std::optional<TokenId>();
-      const std::optional<TokenId> id = vocabulary.find(*text);
-      if (!id) {
-        return corrupt_data(fmt::format("tokenizer_config.json {} \"{}\" is not in the vocabulary",
-                                        key, *text));
-      }
-      return id;
-    };
-    TACHYON_ASSIGN_OR_RETURN(vocabulary.bos_id, id_of("bos_token"));
-    TACHYON_ASSIGN_OR_RETURN(vocabulary.eos_id, id_of("eos_token"));
-    TACHYON_ASSIGN_OR_RETURN(vocabulary.unknown_id, id_of("unk_token"));
-    TACHYON_ASSIGN_OR_RETURN(vocabulary.padding_id, id_of("pad_token"));
-    const boost::json::value* add_bos = config.if_contains("add_bos_token");
-    vocabulary.add_bos = add_bos != nullptr && add_bos->is_bool() && add_bos->get_bool();
-    const boost::json::value* add_eos = config.if_contains("add_eos_token");
-    vocabulary.add_eos = add_eos != nullptr && add_eos->is_bool() && add_eos->get_bool();
+                             parse_json_object(*config_json, "tokenizer_config.json"));
+    TACHYON_RETURN_IF_ERROR(apply_tokenizer_config(config, vocabulary));
   }
   return vocabulary;
 }

@@ -63,6 +63,12 @@ struct Vocabulary {
   // (hf_vocabulary.cpp).
   static Result<Vocabulary> from_hf_tokenizer(std::string_view tokenizer_json,
                                               std::optional<std::string_view> config_json);
+  // Reads Kimi-K2's tiktoken.model ("<base64 bytes> <rank>" lines; merges derived from the
+  // ranks as tiktoken applies them) and tokenizer_config.json (added_tokens_decoder names the
+  // 256 ids reserved after the ranked tokens; the others are "<|reserved_token_ID|>"), with
+  // Kimi-K2's pre-tokenizer (tiktoken_vocabulary.cpp).
+  static Result<Vocabulary> from_tiktoken(std::string_view ranks_file,
+                                          std::string_view config_json);
 };
 
 }  // namespace tachyon
