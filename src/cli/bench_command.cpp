@@ -216,7 +216,8 @@ Status run_bench(const BenchOptions& options) {
     // Enough blocks for every sequence, and no prefix reuse between repetitions.
     engine_options.kv_cache_bytes = static_cast<int64_t>(
         PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
-                                  engine_options.block_size, session.cache_type) *
+                                  engine_options.block_size, session.cache_type,
+                                  model.config().kv_values_are_keys()) *
         (options.parallel * ((options.parallel_prompt + options.parallel_gen) / 16 + 2)));
     engine_options.enable_prefix_cache = false;
     engine_options.max_running_requests =

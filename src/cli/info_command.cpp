@@ -10,6 +10,7 @@
 #include "cli/model_path.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/kernel_level.h"
+#include "kv_cache/paged_kv_cache.h"
 #include "model_files/model_summary.h"
 #include "models/model_config.h"
 
@@ -122,10 +123,11 @@ boost::json::object to_json(const ModelSummary& s, const std::string& path) {
 }
 
 // Bytes the KV cache spends per token (keys and values of every layer, f16): what sets how
-// many tokens fit in memory. MLA caches one latent per token and layer (today stored as both
-// key and value).
+// many tokens fit in memory. MLA caches one latent per token and layer.
 int64_t kv_bytes_per_token(const ModelConfig& config) {
-  return static_cast<int64_t>(config.num_layers) * 2 * config.kv_size() * 2;
+  return static_cast<int64_t>(PagedKvCache::block_bytes(config.num_layers, config.kv_size(), 1,
+                                                        DType::kF16,
+                                                        config.kv_values_are_keys()));
 }
 
 // How the model attends and routes, as tachyon runs it (from its ModelConfig).

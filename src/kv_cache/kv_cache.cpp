@@ -24,16 +24,18 @@ void scatter_columns(const uint8_t* src, int64_t src_stride, int count, int widt
 
 }  // namespace
 
-KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, DType type)
+KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, DType type,
+                 bool values_are_keys)
     : num_layers_(num_layers),
       num_kv_heads_(num_kv_heads),
       head_size_(head_size),
       capacity_(capacity),
       padded_capacity_((capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock),
-      type_(type) {
+      type_(type),
+      values_are_keys_(values_are_keys) {
   TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
   TACHYON_CHECK(num_layers >= 0 && num_kv_heads > 0 && head_size > 0 && capacity >= 0);
-  storage_bytes_ = static_cast<size_t>(num_layers) * 2 * padded_capacity_ * kv_size() *
+  storage_bytes_ = static_cast<size_t>(num_layers) * planes() * padded_capacity_ * kv_size() *
                    element_bytes();
   arena_ = std::make_unique<HugePageArena>();
   storage_ = arena_->allocate(storage_bytes_);
@@ -87,6 +89,7 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
         scatter_columns<uint32_t>(rows, kv, n, head_size_, columns, kKeyBlock);
       }
     }
+    if (values_are_keys_) continue;
     for (int p = 0; p < count; ++p) {
       write_row(head_offset(layer, 1, h) + static_cast<size_t>(position + p) * head_size_ * bytes,
                 values + static_cast<int64_t>(p) * kv + h * head_size_, head_size_);
@@ -106,6 +109,7 @@ void KvCache::prefetch_store(int layer, int position, int count) const {
       const uint8_t* keys = storage_ + head_offset(layer, 0, h) + key_index(p, 0) * bytes;
       for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * kKeyBlock * bytes);
     }
+    if (values_are_keys_) continue;
     prefetch_range_for_write(
         storage_ + head_offset(layer, 1, h) + static_cast<size_t>(position) * head_size_ * bytes,
         static_cast<size_t>(count) * head_size_ * bytes);
@@ -125,6 +129,10 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
       for (int p = 0; p < n; ++p) keys[static_cast<int64_t>(first + p) * head_size + d] = values[p];
     }
   }
+  if (values_are_keys_) {
+    std::memcpy(values, keys, static_cast<size_t>(count) * head_size * sizeof(float));
+    return;
+  }
   read_row(head_offset(layer, 1, kv_head), values, static_cast<int64_t>(count) * head_size);
 }
 
@@ -142,6 +150,14 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
                keys_by_dimension + d * key_stride + p, n);
     }
   }
+  if (values_are_keys_) {
+    for (int p = 0; p < count; ++p) {
+      for (int d = 0; d < head_size; ++d) {
+        values[static_cast<int64_t>(p) * head_size + d] = keys_by_dimension[d * key_stride + p];
+      }
+    }
+    return;
+  }
   read_row(head_offset(layer, 1, kv_head) + static_cast<size_t>(first) * head_size * bytes, values,
            static_cast<int64_t>(count) * head_size);
 }
@@ -153,7 +169,7 @@ const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
 }
 
 const uint16_t* KvCache::f16_values(int layer, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(type_ == DType::kF16 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, 1, kv_head));
 }

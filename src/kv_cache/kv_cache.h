@@ -18,17 +18,20 @@ class KvCache {
   // Keys are stored transposed in blocks of this many positions (see f16_keys).
   static constexpr int kKeyBlock = 128;
 
-  // `type` is DType::kF16 or DType::kF32.
+  // `type` is DType::kF16 or DType::kF32. `values_are_keys`: each position's value is its key
+  // (MLA's cached latent), stored once: half the memory, values read from the keys.
   KvCache(int num_layers, int num_kv_heads, int head_size, int capacity,
-          DType type = DType::kF16);
+          DType type = DType::kF16, bool values_are_keys = false);
 
   int capacity() const { return capacity_; }
   int kv_size() const { return num_kv_heads_ * head_size_; }
   DType type() const { return type_; }
+  bool values_are_keys() const { return values_are_keys_; }
   size_t bytes() const { return storage_bytes_; }
 
-  // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size]. Calls for
-  // disjoint positions may run on several threads at once.
+  // Stores `count` positions from `position` on. keys, values: f32 [count, kv_size] (values
+  // unread when values_are_keys()). Calls for disjoint positions may run on several threads at
+  // once.
   void store(int layer, int position, int count, const float* keys, const float* values);
 
   // Prefetches, for writing, the lines store(layer, position, count, ...) will write: a decode
@@ -49,7 +52,8 @@ class KvCache {
 
   // A KV head's stored keys and values as f16 bits, for kernels that read them in place
   // (type() must be kF16). Keys: [capacity / kKeyBlock (rounded up), head_size, kKeyBlock],
-  // each block of positions transposed; values: [capacity, head_size].
+  // each block of positions transposed; values: [capacity, head_size] (none when
+  // values_are_keys(): read the keys).
   const uint16_t* f16_keys(int layer, int kv_head) const;
   const uint16_t* f16_values(int layer, int kv_head) const;
 
@@ -60,9 +64,10 @@ class KvCache {
   // block reads as the kernels take it (dimension by dimension, positions contiguous, one run
   // of memory); values as rows, [capacity, head_size]. Both take padded_capacity_ positions.
   size_t head_offset(int layer, int which, int kv_head) const {
-    return ((static_cast<size_t>(layer) * 2 + which) * num_kv_heads_ + kv_head) * head_size_ *
-           padded_capacity_ * element_bytes();
+    return ((static_cast<size_t>(layer) * planes() + which) * num_kv_heads_ + kv_head) *
+           head_size_ * padded_capacity_ * element_bytes();
   }
+  int planes() const { return values_are_keys_ ? 1 : 2; }  // keys (and values) per layer
   // Element index of position p's dimension d in a head's keys.
   size_t key_index(int p, int d) const {
     return (static_cast<size_t>(p / kKeyBlock) * head_size_ + d) * kKeyBlock + p % kKeyBlock;
@@ -76,7 +81,8 @@ class KvCache {
   int capacity_;
   int padded_capacity_;  // capacity rounded up to whole key blocks
   DType type_;
-  // f16 or f32 [layers, 2 (keys, values), num_kv_heads, head_size * padded_capacity_], in 2 MiB
+  bool values_are_keys_ = false;
+  // f16 or f32 [layers, planes (keys, values), num_kv_heads, head_size * padded_capacity_], in 2 MiB
   // pages: a decode step touches a few KiB of every head of every layer, a TLB miss per 4 KiB
   // page otherwise (the weights streamed in between evict every translation).
   std::unique_ptr<HugePageArena> arena_;

@@ -13,14 +13,17 @@
 
 namespace tachyon {
 
-size_t PagedKvCache::block_bytes(int num_layers, int kv_size, int block_size, DType type) {
+size_t PagedKvCache::block_bytes(int num_layers, int kv_size, int block_size, DType type,
+                                 bool values_are_keys) {
   const size_t element = type == DType::kF16 ? 2 : 4;
-  return static_cast<size_t>(num_layers) * 2 * block_size * kv_size * element;
+  return static_cast<size_t>(num_layers) * (values_are_keys ? 1 : 2) * block_size * kv_size *
+         element;
 }
 
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int num_kv_heads,
                                                            int head_size, int num_blocks,
-                                                           int block_size, DType type) {
+                                                           int block_size, DType type,
+                                                           bool values_are_keys) {
   if (type != DType::kF16 && type != DType::kF32) {
     return unsupported("the KV cache stores f16 or f32");
   }
@@ -28,7 +31,8 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int n
     return invalid_argument(fmt::format("a KV cache needs blocks: {} blocks of {} tokens",
                                         num_blocks, block_size));
   }
-  const size_t one_block = block_bytes(num_layers, num_kv_heads * head_size, block_size, type);
+  const size_t one_block =
+      block_bytes(num_layers, num_kv_heads * head_size, block_size, type, values_are_keys);
   if (one_block > SIZE_MAX / static_cast<size_t>(num_blocks)) {
     return out_of_range(fmt::format("cannot allocate {} blocks of {} MiB for the KV cache",
                                     num_blocks, one_block >> 20));
@@ -42,18 +46,20 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int n
   }
   return std::unique_ptr<PagedKvCache>(new PagedKvCache(num_layers, num_kv_heads, head_size,
                                                         num_blocks, block_size, type,
-                                                        std::move(arena), storage));
+                                                        values_are_keys, std::move(arena),
+                                                        storage));
 }
 
 PagedKvCache::PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks,
-                           int block_size, DType type, std::unique_ptr<HugePageArena> arena,
-                           uint8_t* storage)
+                           int block_size, DType type, bool values_are_keys,
+                           std::unique_ptr<HugePageArena> arena, uint8_t* storage)
     : num_layers_(num_layers),
       num_kv_heads_(num_kv_heads),
       head_size_(head_size),
       num_blocks_(num_blocks),
       block_size_(block_size),
       type_(type),
+      values_are_keys_(values_are_keys),
       arena_(std::move(arena)),
       storage_(storage) {}
 
@@ -66,17 +72,21 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
     const int offset = static_cast<int>(slots[i] % block_size_);
     for (int h = 0; h < num_kv_heads_; ++h) {
       const float* key = keys + i * kv_size + h * head_size_;
-      const float* value = values + i * kv_size + h * head_size_;
       uint8_t* key_out = storage_ + head_offset(layer, block, 0, h);
-      uint8_t* value_out = storage_ + head_offset(layer, block, 1, h) +
-                           static_cast<size_t>(offset) * head_size_ * element_bytes();
       if (type_ == DType::kF16) {
         uint16_t* key_columns = reinterpret_cast<uint16_t*>(key_out);
         for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = f32_to_f16(key[d]);
-        kernels::f32_to_f16_row(value, reinterpret_cast<uint16_t*>(value_out), head_size_);
       } else {
         float* key_columns = reinterpret_cast<float*>(key_out);
         for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = key[d];
+      }
+      if (values_are_keys_) continue;
+      const float* value = values + i * kv_size + h * head_size_;
+      uint8_t* value_out = storage_ + head_offset(layer, block, 1, h) +
+                           static_cast<size_t>(offset) * head_size_ * element_bytes();
+      if (type_ == DType::kF16) {
+        kernels::f32_to_f16_row(value, reinterpret_cast<uint16_t*>(value_out), head_size_);
+      } else {
         std::memcpy(value_out, value, head_size_ * sizeof(float));
       }
     }
@@ -93,6 +103,7 @@ void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) con
     for (int h = 0; h < num_kv_heads_; ++h) {
       const uint8_t* keys = storage_ + head_offset(layer, block, 0, h) + offset * bytes;
       for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * block_size_ * bytes);
+      if (values_are_keys_) continue;
       prefetch_range_for_write(storage_ + head_offset(layer, block, 1, h) +
                                    static_cast<size_t>(offset) * head_size_ * bytes,
                                head_size_ * bytes);
@@ -104,21 +115,32 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
                               float* keys_by_dimension, int64_t key_stride, float* values) const {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
   const uint8_t* keys_in = storage_ + head_offset(layer, block, 0, kv_head);
-  const uint8_t* values_in = storage_ + head_offset(layer, block, 1, kv_head);
-  const int64_t value_elements = static_cast<int64_t>(count) * head_size_;
   if (type_ == DType::kF16) {
     const uint16_t* key_columns = reinterpret_cast<const uint16_t*>(keys_in);
     for (int d = 0; d < head_size_; ++d) {
       kernels::f16_to_f32_row(key_columns + d * block_size_, keys_by_dimension + d * key_stride,
                               count);
     }
-    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(values_in), values, value_elements);
   } else {
     const float* key_columns = reinterpret_cast<const float*>(keys_in);
     for (int d = 0; d < head_size_; ++d) {
       std::memcpy(keys_by_dimension + d * key_stride, key_columns + d * block_size_,
                   count * sizeof(float));
     }
+  }
+  if (values_are_keys_) {  // the keys, back in rows
+    for (int p = 0; p < count; ++p) {
+      for (int d = 0; d < head_size_; ++d) {
+        values[static_cast<int64_t>(p) * head_size_ + d] = keys_by_dimension[d * key_stride + p];
+      }
+    }
+    return;
+  }
+  const uint8_t* values_in = storage_ + head_offset(layer, block, 1, kv_head);
+  const int64_t value_elements = static_cast<int64_t>(count) * head_size_;
+  if (type_ == DType::kF16) {
+    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(values_in), values, value_elements);
+  } else {
     std::memcpy(values, values_in, value_elements * sizeof(float));
   }
 }
@@ -130,7 +152,7 @@ const uint16_t* PagedKvCache::f16_keys(int layer, int block, int kv_head) const 
 }
 
 const uint16_t* PagedKvCache::f16_values(int layer, int block, int kv_head) const {
-  TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(type_ == DType::kF16 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 1, kv_head));
 }

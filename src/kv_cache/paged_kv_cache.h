@@ -24,20 +24,26 @@ namespace tachyon {
 class PagedKvCache {
  public:
   // Fails when the memory cannot be reserved. Pages are touched only when written.
+  // `values_are_keys`: each slot's value is its key (MLA's cached latent), stored once: half
+  // the memory; values are read from the keys (f16_values() has none).
   static Result<std::unique_ptr<PagedKvCache>> create(int num_layers, int num_kv_heads,
                                                       int head_size, int num_blocks,
-                                                      int block_size, DType type);
+                                                      int block_size, DType type,
+                                                      bool values_are_keys = false);
 
-  // Bytes one block takes over all layers (keys and values).
-  static size_t block_bytes(int num_layers, int kv_size, int block_size, DType type);
+  // Bytes one block takes over all layers (keys and values, or keys alone).
+  static size_t block_bytes(int num_layers, int kv_size, int block_size, DType type,
+                            bool values_are_keys = false);
 
   int num_layers() const { return num_layers_; }
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   DType type() const { return type_; }
+  bool values_are_keys() const { return values_are_keys_; }
 
   // Writes row i of keys/values (f32 [slots.size(), num_kv_heads * head_size]) into cache row
-  // slots[i] of `layer`. Calls for disjoint slots may run on several threads at once.
+  // slots[i] of `layer` (values unread when values_are_keys()). Calls for disjoint slots may
+  // run on several threads at once.
   void store(int layer, std::span<const int64_t> slots, const float* keys, const float* values);
   // Prefetches, for writing, the lines store(layer, slots, ...) will write (a token's keys
   // touch a line per dimension or two of every head, evicted since the previous step).
@@ -57,16 +63,20 @@ class PagedKvCache {
 
  private:
   PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks, int block_size,
-               DType type, std::unique_ptr<HugePageArena> arena, uint8_t* storage);
+               DType type, bool values_are_keys, std::unique_ptr<HugePageArena> arena,
+               uint8_t* storage);
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
   // Elements of one KV head's keys (or values) in one block.
   int64_t head_elements() const { return static_cast<int64_t>(head_size_) * block_size_; }
   // Byte offset of a KV head's keys (which = 0) or values (1) in a layer's block.
   size_t head_offset(int layer, int block, int which, int kv_head) const {
     const int64_t index =
-        ((static_cast<int64_t>(layer) * num_blocks_ + block) * 2 + which) * num_kv_heads_ + kv_head;
+        ((static_cast<int64_t>(layer) * num_blocks_ + block) * planes() + which) * num_kv_heads_ +
+        kv_head;
     return static_cast<size_t>(index * head_elements()) * element_bytes();
   }
+
+  int planes() const { return values_are_keys_ ? 1 : 2; }  // keys (and values) per block
 
   int num_layers_;
   int num_kv_heads_;
@@ -74,7 +84,8 @@ class PagedKvCache {
   int num_blocks_;
   int block_size_;
   DType type_;
-  // f16 or f32 [layers, blocks, 2 (keys, values), kv_heads, head_size × block_size], in 2 MiB
+  bool values_are_keys_;
+  // f16 or f32 [layers, blocks, planes (keys, values), kv_heads, head_size × block_size], in 2 MiB
   // pages (each decode step reads a little of every layer's blocks: with 4 KiB pages, mostly
   // TLB misses).
   std::unique_ptr<HugePageArena> arena_;

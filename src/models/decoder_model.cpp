@@ -458,9 +458,10 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
     const kernels::MatmulProduct query_b[] = {{&weights.query_b, w.query_heads.data()}};
     multiply(query_b, w.query_a.data(), num_tokens, pool);
   }
-  // Per token: the cached row is the normalised latent then its rotated shared key part (the
-  // value rows the same: attention's output latent is what W_UV reads); each head's query gets
-  // its rotated part after the latent dimensions its absorbed part will fill.
+  // Per token: the cached row is the normalised latent then its rotated shared key part (also
+  // the value: the cache stores it once, and attention's output latent is what W_UV reads);
+  // each head's query gets its rotated part after the latent dimensions its absorbed part
+  // will fill.
   const int pairs = mla.qk_rope_head_dim / 2;
   for_token_ranges(num_tokens, pool, [&](int begin, int end) {
     for (int t = begin; t < end; ++t) {
@@ -472,7 +473,6 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
       std::memcpy(key + mla.kv_lora_rank, latent + mla.kv_lora_rank,
                   mla.qk_rope_head_dim * sizeof(float));
       rope_.rotate(key + mla.kv_lora_rank, 1, cos_row, sin_row);
-      std::memcpy(w.value.data() + t * latent_size, key, latent_size * sizeof(float));
       for (int h = 0; h < heads; ++h) {
         float* rotary = w.query.data() + t * absorbed_stride + h * latent_size + mla.kv_lora_rank;
         std::memcpy(rotary,

@@ -47,9 +47,10 @@ class DecoderModel {
   Status set_numerics(Numerics numerics);
   Numerics numerics() const { return numerics_; }
 
-  // A cache for `capacity` positions, stored as f16 (default) or f32.
+  // A cache for `capacity` positions, stored as f16 (default) or f32 (MLA: the latent once).
   KvCache make_cache(int capacity, DType type = DType::kF16) const {
-    return KvCache(config_.num_layers, config_.num_kv_heads, config_.head_size, capacity, type);
+    return KvCache(config_.num_layers, config_.num_kv_heads, config_.head_size, capacity, type,
+                   config_.kv_values_are_keys());
   }
 
   // Runs `tokens` at positions start_position.. of the sequence cached in `cache` (whose

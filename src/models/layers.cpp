@@ -158,7 +158,8 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     }
     state.finish(item_tokens, out + offset, q_stride);
   };
-  if (runs == 1 && cache.type() == DType::kF16 && kernels::attention_reads_f16(head_size)) {
+  if (runs == 1 && cache.type() == DType::kF16 && !cache.values_are_keys() &&
+      kernels::attention_reads_f16(head_size)) {
     // Decoding from an f16 cache: nothing to widen, and the query heads split evenly.
     return split_query_heads(pool, shape.num_heads, group,
                              [&](SpanRunState& state, int kv_head, int first_row, int rows) {
@@ -347,8 +348,9 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     });
   }
   // Runs of sequences not widened above read an f16 cache in place where the kernel can
-  // (blocks of one group of positions each), or widen their blocks span by span as they go.
-  const bool read_in_place = cache.type() == DType::kF16 &&
+  // (blocks of one group of positions each, values stored as such), or widen their blocks span
+  // by span as they go.
+  const bool read_in_place = cache.type() == DType::kF16 && !cache.values_are_keys() &&
                              block_size == kernels::kAttentionGroupPositions &&
                              kernels::attention_reads_f16(head_size);
   constexpr int kMaxGroups = kSpanPositions / kernels::kAttentionGroupPositions;

@@ -108,6 +108,8 @@ struct ModelConfig {
   int num_mtp_layers = 0;
 
   int q_size() const { return num_heads * head_size; }
+  // MLA's cached latent serves as both key and value: caches store it once.
+  bool kv_values_are_keys() const { return mla.enabled(); }
   int kv_size() const { return num_kv_heads * head_size; }
 
   // Supported architectures: llama (Llama 2/3, Mistral, SmolLM, Mixtral), qwen2, qwen3,

@@ -44,8 +44,9 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
     kv_bytes = static_cast<int64_t>(static_cast<double>(available_memory_bytes()) *
                                     options.kv_cache_fraction);
   }
-  const size_t block_bytes = PagedKvCache::block_bytes(config.num_layers, config.kv_size(),
-                                                       options.block_size, options.kv_cache_type);
+  const size_t block_bytes =
+      PagedKvCache::block_bytes(config.num_layers, config.kv_size(), options.block_size,
+                                options.kv_cache_type, config.kv_values_are_keys());
   const int64_t num_blocks = std::min<int64_t>(kv_bytes / static_cast<int64_t>(block_bytes),
                                                1 << 24);
   if (num_blocks < 1) {
@@ -57,7 +58,7 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
       std::unique_ptr<PagedKvCache> cache,
       PagedKvCache::create(config.num_layers, config.num_kv_heads, config.head_size,
                            static_cast<int>(num_blocks), options.block_size,
-                           options.kv_cache_type));
+                           options.kv_cache_type, config.kv_values_are_keys()));
   // A request alone must always fit, so that preemption can always make room.
   int max_context = options.max_context > 0 ? std::min(options.max_context, config.context_length)
                                             : config.context_length;

@@ -26,7 +26,8 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
   metrics_.kv_blocks_total = cache_->num_blocks();
   metrics_.kv_bytes_per_token = static_cast<int64_t>(
       PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
-                                options.block_size, options.kv_cache_type) /
+                                options.block_size, options.kv_cache_type,
+                                model.config().kv_values_are_keys()) /
       options.block_size);
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
 }

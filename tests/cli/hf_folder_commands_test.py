@@ -125,15 +125,15 @@ def main() -> int:
         check_serve(t, folder)
 
         # MLA + MoE (a tiny Kimi-K2 shape): info describes both, serve answers and reports
-        # the latent cache's bytes per token (3 layers x keys and values x 40 latent x f16).
+        # the latent cache's bytes per token (3 layers x one latent of 40 values x f16).
         kimi = scratch / "kimi_k2_tiny"
         info = json.loads(run(t, "info", "-m", str(kimi), "--json").stdout)
         check("info -m DIR --json describes MLA and the experts",
               info.get("architecture") == "deepseek2" and info.get("mla", {}).get("kv_lora_rank") == 32
               and info.get("moe", {}).get("experts") == 16
               and info.get("moe", {}).get("scoring") == "sigmoid"
-              and info.get("kv_bytes_per_token") == 480, json.dumps(info))
-        check_serve(t, kimi, kv_bytes_per_token=480)
+              and info.get("kv_bytes_per_token") == 240, json.dumps(info))
+        check_serve(t, kimi, kv_bytes_per_token=240)
 
         # Broken folders: one clear line each.
         broken = scratch / "broken"

@@ -176,6 +176,57 @@ TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
   }
 }
 
+// MLA's latent serves as key and value: a cache that stores it once takes half the memory and
+// reads each position's value back as its key, in both caches and both types.
+TEST(PagedKvCacheTest, ValuesThatAreTheKeysAreStoredOnce) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (DType type : {DType::kF16, DType::kF32}) {
+    const int head_size = 40;  // a tiny latent of 32 + 8
+    const int block_size = 16;
+    EXPECT_EQ(PagedKvCache::block_bytes(3, head_size, block_size, type, true) * 2,
+              PagedKvCache::block_bytes(3, head_size, block_size, type, false));
+    auto created = PagedKvCache::create(3, 1, head_size, 4, block_size, type, true);
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    PagedKvCache& paged = **created;
+    EXPECT_TRUE(paged.values_are_keys());
+    KvCache single(3, 1, head_size, 70, type, /*values_are_keys=*/true);
+    EXPECT_EQ(single.bytes() * 2, KvCache(3, 1, head_size, 70, type).bytes());
+    std::vector<float> latents(static_cast<size_t>(70) * head_size);
+    for (float& x : latents) x = normal(rng);
+    std::vector<int64_t> slots(block_size * 2);
+    for (int i = 0; i < 2 * block_size; ++i) slots[i] = 2 * block_size + i;  // blocks 2 and 3
+    paged.store(2, slots, latents.data(), nullptr);
+    single.store(2, 0, 70, latents.data(), nullptr);
+    auto stored = [&](int p, int d) {
+      const float x = latents[static_cast<size_t>(p) * head_size + d];
+      return type == DType::kF16 ? round_to_f16(x) : x;
+    };
+    std::vector<float> keys(static_cast<size_t>(head_size) * block_size);
+    std::vector<float> values(keys.size());
+    paged.load_block(2, 0, 3, block_size, keys.data(), block_size, values.data());
+    for (int p = 0; p < block_size; ++p) {
+      for (int d = 0; d < head_size; ++d) {
+        ASSERT_EQ(keys[static_cast<size_t>(d) * block_size + p], stored(block_size + p, d));
+        ASSERT_EQ(values[static_cast<size_t>(p) * head_size + d], stored(block_size + p, d));
+      }
+    }
+    std::vector<float> span_keys(static_cast<size_t>(head_size) * 64);
+    std::vector<float> span_values(span_keys.size());
+    single.load_span(2, 0, head_size, 5, 60, span_keys.data(), 64, span_values.data());
+    std::vector<float> head_keys(latents.size());
+    std::vector<float> head_values(latents.size());
+    single.load_head(2, 0, head_size, 70, head_keys.data(), head_values.data());
+    for (int p = 0; p < 60; ++p) {
+      for (int d = 0; d < head_size; ++d) {
+        ASSERT_EQ(span_keys[static_cast<size_t>(d) * 64 + p], stored(5 + p, d));
+        ASSERT_EQ(span_values[static_cast<size_t>(p) * head_size + d], stored(5 + p, d));
+        ASSERT_EQ(head_values[static_cast<size_t>(5 + p) * head_size + d], stored(5 + p, d));
+      }
+    }
+  }
+}
+
 TEST(PagedKvCacheTest, TooLargeACacheIsAnErrorNotACrash) {
   // 2^30 blocks of 1024 tokens of 8192-wide f16 rows, 80 layers: far more than any machine maps
   // (~2.9e18 bytes); and 2^31 - 1 blocks of a 64 GiB each, past size_t.

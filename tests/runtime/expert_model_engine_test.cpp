@@ -124,10 +124,12 @@ TEST_P(ExpertModelEngineTest, PrefixCacheHitGivesTheSameTokens) {
   const EngineOutput warm = run_alone(*engine, greedy_request(prompt, 20));
   EXPECT_EQ(warm.cached_prompt_tokens, 32);
   EXPECT_EQ(warm.tokens, cold.tokens);
-  // MLA caches a latent of kv_lora_rank + qk_rope_head_dim values per token and layer.
+  // MLA caches one latent of kv_lora_rank + qk_rope_head_dim values per token and layer (f16);
+  // the others a key and a value per KV head.
   const ModelConfig& config = loaded.model->config();
-  const int64_t per_layer = config.mla.enabled() ? config.mla.latent_size() : config.kv_size();
-  EXPECT_EQ(engine->metrics().kv_bytes_per_token, config.num_layers * 2 * per_layer * 2);
+  const int64_t per_layer = config.mla.enabled() ? config.mla.latent_size()
+                                                 : 2 * config.num_kv_heads * config.head_size;
+  EXPECT_EQ(engine->metrics().kv_bytes_per_token, config.num_layers * per_layer * 2);
   expect_pool_back_to_full(*engine);
 }
 
@@ -139,8 +141,10 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
   EngineOptions options;
   options.block_size = 16;
   // 12 blocks = 192 positions for 5 requests that grow to 45-80 tokens each.
-  options.kv_cache_bytes = static_cast<int64_t>(PagedKvCache::block_bytes(
-                               config.num_layers, config.kv_size(), 16, DType::kF16)) * 12;
+  options.kv_cache_bytes =
+      static_cast<int64_t>(PagedKvCache::block_bytes(config.num_layers, config.kv_size(), 16,
+                                                     DType::kF16, config.kv_values_are_keys())) *
+      12;
   options.max_batch_tokens = 64;
   options.enable_prefix_cache = false;
   std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
