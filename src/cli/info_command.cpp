@@ -147,7 +147,7 @@ void print_structure(const ModelConfig& config) {
   }
   const MixtureOfExpertsConfig& moe = config.moe;
   if (moe.enabled()) {
-    std::string text = fmt::format("{} routed of {} ({} used per token, {}{}{}{})",
+    std::string text = fmt::format("{} routed experts of width {} ({} per token, {}{}{}{})",
                                    moe.num_experts, moe.expert_ffn_size, moe.experts_per_token,
                                    moe.scoring == ExpertScoring::kSigmoid ? "sigmoid" : "softmax",
                                    moe.has_selection_bias ? " + selection bias" : "",
@@ -158,7 +158,9 @@ void print_structure(const ModelConfig& config) {
     if (moe.num_groups > 1) {
       text += fmt::format(", best {} of {} groups", moe.groups_used, moe.num_groups);
     }
-    if (moe.shared_ffn_size > 0) text += fmt::format(", shared {}", moe.shared_ffn_size);
+    if (moe.shared_ffn_size > 0) {
+      text += fmt::format(", shared experts of width {}", moe.shared_ffn_size);
+    }
     if (moe.first_dense_layers > 0) {
       text += fmt::format(", first {} layer(s) dense", moe.first_dense_layers);
     }
