@@ -64,23 +64,17 @@ double median(std::vector<double> values) {
 }
 
 // Bytes one decoded token reads: every weight matrix once (the output matrix too, even when it
-// is the tied embedding; the embedding lookup itself reads one row), the norms, and the keys
-// and values of `context` cached positions.
+// is the tied embedding; of a MoE layer's routed experts the ones it chooses; the embedding
+// lookup itself reads one row), the norms, and the cached keys and values (MLA: latents) of
+// `context` positions.
 double decode_bytes_per_token(const DecoderModel& model, double context, DType cache_type) {
   const ModelConfig& config = model.config();
-  auto bytes = [](const kernels::WeightMatrix& w) {
-    return static_cast<double>(w.row_bytes()) * static_cast<double>(w.rows);
-  };
-  double total = bytes(model.weights().output) +
+  double total = model.weights().decode_weight_bytes() +
                  static_cast<double>(model.weights().token_embedding.row_bytes());
-  for (const LayerWeights& layer : model.weights().layers) {
-    total += bytes(layer.query) + bytes(layer.key) + bytes(layer.value) +
-             bytes(layer.attention_output) + bytes(layer.gate) + bytes(layer.up) +
-             bytes(layer.down);
-  }
   total += static_cast<double>(config.hidden_size) * sizeof(float) * (2 * config.num_layers + 1);
-  const double cache_element = cache_type == DType::kF32 ? 4.0 : 2.0;
-  total += static_cast<double>(config.num_layers) * 2 * config.kv_size() * cache_element * context;
+  total += static_cast<double>(PagedKvCache::block_bytes(config.num_layers, config.kv_size(), 1,
+                                                         cache_type, config.kv_values_are_keys())) *
+           context;
   return total;
 }
 

@@ -628,36 +628,40 @@ Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
   return weights;
 }
 
-void DecoderWeights::set_decode_prefetch() {
-  // Every matrix gets the answer for the bytes a decode step streams: all dense matrices, the
-  // routed experts' share that one token reads.
-  std::vector<kernels::WeightMatrix*> matrices{&output};
-  double bytes = 0;
-  auto add = [&](kernels::WeightMatrix& w, double share) {
-    matrices.push_back(&w);
-    bytes += share * static_cast<double>(w.row_bytes()) * static_cast<double>(w.rows);
-  };
-  for (LayerWeights& layer : layers) {
-    for (kernels::WeightMatrix* w :
+// Calls visit(matrix, share) for every matrix a decode step reads, `share` being the fraction of
+// it one token reads (the routed experts': experts_per_token of them).
+template <typename Weights, typename Visit>
+void for_each_decode_matrix(Weights& weights, Visit visit) {
+  visit(weights.output, 1.0);
+  for (auto& layer : weights.layers) {
+    for (auto* w :
          {&layer.query, &layer.key, &layer.value, &layer.attention_output, &layer.gate, &layer.up,
           &layer.down, &layer.mla.query, &layer.mla.query_a, &layer.mla.query_b, &layer.mla.kv_a,
           &layer.experts.router, &layer.experts.shared_gate, &layer.experts.shared_up,
           &layer.experts.shared_down}) {
-      add(*w, 1.0);
+      visit(*w, 1.0);
     }
     for (auto* per_head : {&layer.mla.key_absorb, &layer.mla.value_up}) {
-      for (kernels::WeightMatrix& w : *per_head) add(w, 1.0);
+      for (auto& w : *per_head) visit(w, 1.0);
     }
-    const size_t num_experts = layer.experts.gate.size();
+    const double num_experts = static_cast<double>(layer.experts.gate.size());
     for (auto* per_expert : {&layer.experts.gate, &layer.experts.up, &layer.experts.down}) {
-      for (kernels::WeightMatrix& w : *per_expert) {
-        add(w, static_cast<double>(experts_per_token) / static_cast<double>(num_experts));
-      }
+      for (auto& w : *per_expert) visit(w, weights.experts_per_token / num_experts);
     }
   }
-  bytes += static_cast<double>(output.row_bytes()) * static_cast<double>(output.rows);
-  const int64_t ahead = kernels::decode_prefetch_bytes(static_cast<int64_t>(bytes));
-  for (kernels::WeightMatrix* w : matrices) w->decode_prefetch = ahead;
+}
+
+double DecoderWeights::decode_weight_bytes() const {
+  double bytes = 0;
+  for_each_decode_matrix(*this, [&](const kernels::WeightMatrix& w, double share) {
+    bytes += share * static_cast<double>(w.row_bytes()) * static_cast<double>(w.rows);
+  });
+  return bytes;
+}
+
+void DecoderWeights::set_decode_prefetch() {
+  const int64_t ahead = kernels::decode_prefetch_bytes(static_cast<int64_t>(decode_weight_bytes()));
+  for_each_decode_matrix(*this, [&](kernels::WeightMatrix& w, double) { w.decode_prefetch = ahead; });
   token_embedding.decode_prefetch = ahead;
 }
 

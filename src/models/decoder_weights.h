@@ -97,6 +97,9 @@ struct DecoderWeights {
   // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
   // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
   void set_decode_prefetch();
+  // Weight bytes one decoded token reads: every matrix once (the output too), of the routed
+  // experts the experts_per_token it chooses.
+  double decode_weight_bytes() const;
 
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
