@@ -1,5 +1,7 @@
 // Vocabulary from a Hugging Face tokenizer.json (and tokenizer_config.json): byte-level BPE
 // vocabularies, their pre-tokenizer recognised as one of the known families.
+#include <cctype>
+
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
@@ -79,6 +81,92 @@ std::optional<std::string> special_token_text(const boost::json::object& config,
   return std::nullopt;
 }
 
+// The pre-tokenizer of a byte-level BPE, recognised by its regexes and flags.
+Status set_byte_level_pre_tokenizer(const boost::json::object& tokenizer,
+                                    const boost::json::object& model, Vocabulary& vocabulary) {
+  std::vector<std::string> stages;
+  if (const boost::json::value* pre = tokenizer.if_contains("pre_tokenizer")) {
+    TACHYON_RETURN_IF_ERROR(collect_stages(*pre, stages));
+  }
+  const boost::json::value* ignore_merges = model.if_contains("ignore_merges");
+  const boost::json::value* normalizer = tokenizer.if_contains("normalizer");
+  const bool nfc = normalizer != nullptr && normalizer->is_object() &&
+                   normalizer->get_object().if_contains("type") != nullptr &&
+                   normalizer->get_object().at("type") == "NFC";
+  if (normalizer != nullptr && !normalizer->is_null() && !nfc) {
+    return unsupported(fmt::format("tokenizer.json normalizer {} is not supported (none or NFC)",
+                                   shown(*normalizer)));
+  }
+  const std::optional<std::string> pre = PreTokenizer::name_for_stages(
+      stages, ignore_merges != nullptr && ignore_merges->is_bool() && ignore_merges->get_bool(),
+      nfc);
+  if (!pre) {
+    std::string listed;
+    for (const std::string& stage : stages) listed += (listed.empty() ? "" : " then ") + stage;
+    return unsupported(fmt::format("tokenizer.json's pre-tokenizer ({}) is none of the known "
+                                   "families ({})",
+                                   listed.empty() ? "no regex" : listed,
+                                   fmt::join(PreTokenizer::known_names(), ", ")));
+  }
+  vocabulary.pre = *pre;
+  return Status();
+}
+
+// A SentencePiece-style BPE: the normalizer that turns spaces into "▁" with one in front
+// (transformers' LlamaConverter), token types (<0xXX> bytes, the unknown token, added tokens)
+// and scores from the merges: a piece scores minus the rank of the first merge that makes it,
+// so that merging by highest score takes the pairs merge-rank BPE takes.
+Status set_sentencepiece_fields(const boost::json::object& tokenizer,
+                                const boost::json::object& model, Vocabulary& vocabulary) {
+  const boost::json::value* normalizer = tokenizer.if_contains("normalizer");
+  const boost::json::value* pre = tokenizer.if_contains("pre_tokenizer");
+  const std::string expected =
+      R"({"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)"
+      R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]})";
+  if (normalizer == nullptr || *normalizer != boost::json::parse(expected) ||
+      (pre != nullptr && !pre->is_null())) {
+    return unsupported(fmt::format("tokenizer.json SentencePiece-style BPE with normalizer {} "
+                                   "and pre_tokenizer {} (tachyon takes Prepend(\"▁\") + "
+                                   "Replace(\" \", \"▁\") and no pre-tokenizer)",
+                                   normalizer ? shown(*normalizer) : "none",
+                                   pre ? shown(*pre) : "none"));
+  }
+  vocabulary.add_space_prefix = true;
+  for (int32_t id = 0; id < vocabulary.size(); ++id) {
+    const std::string& text = vocabulary.tokens[id];
+    if (text.size() == 6 && text.starts_with("<0x") && text.ends_with(">") &&
+        std::isxdigit(static_cast<unsigned char>(text[3])) &&
+        std::isxdigit(static_cast<unsigned char>(text[4]))) {
+      vocabulary.types[id] = TokenType::kByte;
+    }
+  }
+  if (const boost::json::value* unknown = model.if_contains("unk_token");
+      unknown != nullptr && unknown->is_string()) {
+    const std::optional<TokenId> id = vocabulary.find(std::string(unknown->get_string()));
+    if (!id) {
+      return corrupt_data(fmt::format("tokenizer.json unk_token {} is not in the vocabulary",
+                                      shown(*unknown)));
+    }
+    vocabulary.unknown_id = *id;
+    vocabulary.types[*id] = TokenType::kUnknown;
+  }
+  vocabulary.scores.assign(vocabulary.size(), 0.0f);
+  std::vector<bool> scored(vocabulary.size(), false);
+  for (size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {
+    const std::string& merge = vocabulary.merges[rank];
+    const size_t space = merge.find(' ');
+    if (space == std::string::npos) continue;
+    const std::optional<TokenId> piece =
+        vocabulary.find(merge.substr(0, space) + merge.substr(space + 1));
+    if (piece && !scored[*piece]) {
+      scored[*piece] = true;
+      vocabulary.scores[*piece] = -static_cast<float>(rank);
+    }
+  }
+  vocabulary.merges.clear();  // SentencePiece merges by score
+  return Status();
+}
+
 }  // namespace
 
 Result<boost::json::object> parse_json_object(std::string_view text, std::string_view what) {
@@ -125,13 +213,13 @@ Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json
     return unsupported(fmt::format("tokenizer.json model type {} is not supported (BPE)",
                                    type ? shown(*type) : "(none)"));
   }
+  // BPE with byte fallback is a SentencePiece model as transformers converts it (Llama 2,
+  // Mistral): <0xXX> byte tokens, "▁" for spaces.
   const boost::json::value* byte_fallback = model.if_contains("byte_fallback");
-  if (byte_fallback != nullptr && byte_fallback->is_bool() && byte_fallback->get_bool()) {
-    return unsupported("tokenizer.json BPE with byte_fallback (SentencePiece-style) is not "
-                       "supported yet; use the model's GGUF file");
-  }
+  const bool sentencepiece =
+      byte_fallback != nullptr && byte_fallback->is_bool() && byte_fallback->get_bool();
   Vocabulary vocabulary;
-  vocabulary.model = "gpt2";
+  vocabulary.model = sentencepiece ? "llama" : "gpt2";
 
   // Ids from the vocab and the added tokens; together they must number 0..size-1.
   const boost::json::value* vocab = model.if_contains("vocab");
@@ -216,32 +304,11 @@ Result<Vocabulary> Vocabulary::from_hf_tokenizer(std::string_view tokenizer_json
     }
   }
 
-  // The pre-tokenizer, recognised by its regexes and flags.
-  std::vector<std::string> stages;
-  if (const boost::json::value* pre = tokenizer.if_contains("pre_tokenizer")) {
-    TACHYON_RETURN_IF_ERROR(collect_stages(*pre, stages));
+  if (sentencepiece) {
+    TACHYON_RETURN_IF_ERROR(set_sentencepiece_fields(tokenizer, model, vocabulary));
+  } else {
+    TACHYON_RETURN_IF_ERROR(set_byte_level_pre_tokenizer(tokenizer, model, vocabulary));
   }
-  const boost::json::value* ignore_merges = model.if_contains("ignore_merges");
-  const boost::json::value* normalizer = tokenizer.if_contains("normalizer");
-  const bool nfc = normalizer != nullptr && normalizer->is_object() &&
-                   normalizer->get_object().if_contains("type") != nullptr &&
-                   normalizer->get_object().at("type") == "NFC";
-  if (normalizer != nullptr && !normalizer->is_null() && !nfc) {
-    return unsupported(fmt::format("tokenizer.json normalizer {} is not supported (none or NFC)",
-                                   shown(*normalizer)));
-  }
-  const std::optional<std::string> pre = PreTokenizer::name_for_stages(
-      stages, ignore_merges != nullptr && ignore_merges->is_bool() && ignore_merges->get_bool(),
-      nfc);
-  if (!pre) {
-    std::string listed;
-    for (const std::string& stage : stages) listed += (listed.empty() ? "" : " then ") + stage;
-    return unsupported(fmt::format("tokenizer.json's pre-tokenizer ({}) is none of the known "
-                                   "families ({})",
-                                   listed.empty() ? "no regex" : listed,
-                                   fmt::join(PreTokenizer::known_names(), ", ")));
-  }
-  vocabulary.pre = *pre;
 
   // BOS/EOS from tokenizer_config.json.
   if (config_json) {

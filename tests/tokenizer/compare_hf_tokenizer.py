@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 
+import tiny_models  # noqa: E402
 from tokenizer_corpus import make_corpus  # noqa: E402
 
 try:
@@ -779,6 +781,26 @@ def check_spm(ty: Tachyon, shared: Path, tmp: Path, corpus, show: int, dump_dir)
     ty_add = ty.tokenize(path, sample, ["--add-special"], tag="spm_addspecial")
     n_add_ok = sum(1 for s, ids in zip(sample, ty_add) if ids == [1] + hf[texts.index(s)])
 
+    # The same tokenizer as a Hugging Face folder's tokenizer.json (what transformers' LlamaConverter
+    # writes for Llama 2 / Mistral): the same ids as HF, and the same as the GGUF gave.
+    folder = tmp / "spm-folder"
+    if folder.exists():
+        shutil.rmtree(folder)
+    tiny_models.write_hf_folder("llama_gqa", "f32", folder)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}))
+    ty_folder = ty.tokenize(folder, texts, tag="spm_folder")
+    m_folder = Mismatches("spm ids from tokenizer.json (no special-token text)", show)
+    for (category, text), h, t, sp in zip(corpus, hf, ty_folder, special_text):
+        if h != t and not sp:
+            m_folder.add(category, text, h, t, tok)
+    folder_same_as_gguf = sum(1 for a, b in zip(ty_folder, ty_ids) if a == b)
+    if folder_same_as_gguf != len(ty_ids):
+        failures.append(f"spm tokenizer.json: {len(ty_ids) - folder_same_as_gguf} strings tokenize "
+                        f"differently from the GGUF with the same vocabulary")
+    failures.extend([m_folder.summary()] if m_folder.items else [])
+
     print(f"tokenizer spm (llama, {len(tokens)} tokens, {n_merges} trained merges, byte fallback): "
           f"{n_plain} strings without special-token text compared, {n_plain - len(m_plain.items)} identical; "
           f"{n_sp} with <unk>/<s>/</s> text, {n_sp - len(m_special.items)} identical "
@@ -786,7 +808,8 @@ def check_spm(ty: Tachyon, shared: Path, tmp: Path, corpus, show: int, dump_dir)
           f"{byte_fallback_strings} strings use byte tokens; round trips exact {rt_exact}/{len(corpus)} "
           f"({sum(ref_lossy)} not exact in HF either), "
           f"equal to HF decode {len(corpus) - len(m_hfdec.items)}/{len(corpus)}; --add-special BOS "
-          f"{n_add_ok}/{len(sample)} ({time.time() - t0:.1f} s)")
+          f"{n_add_ok}/{len(sample)}; from tokenizer.json: {n_plain - len(m_folder.items)}/{n_plain} "
+          f"identical to HF, {folder_same_as_gguf}/{len(ty_ids)} to the GGUF ({time.time() - t0:.1f} s)")
     for m in (m_plain, m_special, m_nosp, m_rt, m_hfdec, m_any):
         if m.items:
             failures.append(m.summary())
