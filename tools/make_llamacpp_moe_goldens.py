@@ -44,7 +44,7 @@ LOGITS_POSITIONS = 64
 MODELS = [("deepseek_v3_groups", "f32"), ("deepseek_v3_groups", "q8_0"),
           ("deepseek_v2_lite", "f32"), ("deepseek_v2_lite", "q8_0"),
           ("kimi_k2_tiny", "f32"), ("moonlight_tiny", "f32"),
-          ("mixtral_tiny", "f32"), ("qwen3_moe_tiny", "f32")]
+          ("mixtral_tiny", "f32"), ("qwen3_moe_tiny", "f32"), ("qwen2_moe_tiny", "f32")]
 GGML_TYPE_F32 = 0
 
 

@@ -88,7 +88,7 @@ class TinyConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.arch == "qwen2"
+        return self.arch in ("qwen2", "qwen2moe")
 
     @property
     def qk_norm(self) -> bool:
@@ -103,7 +103,7 @@ class TinyConfig:
     @property
     def hf_model_type(self) -> str:
         return self.model_type or {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-                                   "qwen3moe": "qwen3_moe"}[self.arch]
+                                   "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}[self.arch]
 
     @property
     def deepseek(self) -> bool:
@@ -212,6 +212,14 @@ CONFIGS += [
         moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, norm_topk_prob=True,
                  router_std=2.0),
         description="Qwen3-MoE: QK-norm attention, 8 experts top-2, norm_topk_prob"),
+    TinyConfig(
+        name="qwen2_moe_tiny", arch="qwen2moe", seed=117, vocab_size=284, num_layers=2,
+        ffn_size=96, num_heads=4, num_kv_heads=2, rope_theta=1e6, rms_eps=1e-6,
+        dtypes=("f32",),
+        moe=dict(num_experts=8, experts_per_token=2, expert_ffn=32, norm_topk_prob=False,
+                 shared_expert_ffn=64, router_std=2.0),
+        description="Qwen2-MoE (Qwen1.5-MoE): Q/K/V bias, 8 experts top-2 not renormalised, "
+                    "one shared expert behind a sigmoid gate"),
 ]
 
 CONFIGS_BY_NAME = {config.name: config for config in CONFIGS}
@@ -356,6 +364,10 @@ def _random_decoder_layer(config: TinyConfig, layer: int, w: dict, normal, norm)
         w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
         w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
         w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
+        if config.qkv_bias:
+            w[p + "self_attn.q_proj.bias"] = normal(BIAS_STD, q_size)
+            w[p + "self_attn.k_proj.bias"] = normal(BIAS_STD, kv_size)
+            w[p + "self_attn.v_proj.bias"] = normal(BIAS_STD, kv_size)
         if config.qk_norm:
             w[p + "self_attn.q_norm.weight"] = norm(head)
             w[p + "self_attn.k_norm.weight"] = norm(head)
@@ -383,6 +395,12 @@ def _random_decoder_layer(config: TinyConfig, layer: int, w: dict, normal, norm)
         w[block + "shared_experts.gate_proj.weight"] = normal(OTHER_STD, shared, hidden)
         w[block + "shared_experts.up_proj.weight"] = normal(OTHER_STD, shared, hidden)
         w[block + "shared_experts.down_proj.weight"] = normal(OTHER_STD, hidden, shared)
+    if moe.get("shared_expert_ffn"):  # Qwen2-MoE: one shared expert and its gate
+        shared = moe["shared_expert_ffn"]
+        w[block + "shared_expert.gate_proj.weight"] = normal(OTHER_STD, shared, hidden)
+        w[block + "shared_expert.up_proj.weight"] = normal(OTHER_STD, shared, hidden)
+        w[block + "shared_expert.down_proj.weight"] = normal(OTHER_STD, hidden, shared)
+        w[block + "shared_expert_gate.weight"] = normal(ROUTER_STD, 1, hidden)
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,6 +434,10 @@ _LAYER_TENSOR_NAMES = {
     "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
     "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
     "eh_proj.weight": "nextn.eh_proj.weight",
     "enorm.weight": "nextn.enorm.weight",
     "hnorm.weight": "nextn.hnorm.weight",
@@ -670,6 +692,8 @@ def _add_experts_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> None:
     if config.hf_model_type == "mixtral":
         return  # the experts are feed_forward_length wide
     writer.add_expert_feed_forward_length(moe["expert_ffn"])
+    if moe.get("shared_expert_ffn"):
+        writer.add_expert_shared_feed_forward_length(moe["shared_expert_ffn"])
     if not config.deepseek:
         return
     writer.add_leading_dense_block_count(moe.get("first_dense", 0))
@@ -749,6 +773,7 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
     model_type = config.hf_model_type
     architecture = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                     "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                    "qwen2_moe": "Qwen2MoeForCausalLM",
                     "mixtral": "MixtralForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
                     "deepseek_v3": "DeepseekV3ForCausalLM",
                     "kimi_k2": "DeepseekV3ForCausalLM"}[model_type]
@@ -783,10 +808,15 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
     elif model_type == "mixtral":
         out.update(num_local_experts=moe["num_experts"], num_experts_per_tok=moe["experts_per_token"])
         del out["head_dim"]
-    elif model_type == "qwen3_moe":
+    elif model_type in ("qwen3_moe", "qwen2_moe"):
         out.update(num_experts=moe["num_experts"], num_experts_per_tok=moe["experts_per_token"],
                    moe_intermediate_size=moe["expert_ffn"], norm_topk_prob=moe["norm_topk_prob"],
-                   decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False)
+                   decoder_sparse_step=1, mlp_only_layers=[])
+        if model_type == "qwen2_moe":
+            out.update(shared_expert_intermediate_size=moe["shared_expert_ffn"],
+                       use_sliding_window=False, qkv_bias=True)
+        else:
+            out["attention_bias"] = False
     return out
 
 

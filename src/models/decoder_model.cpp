@@ -547,6 +547,19 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
     const kernels::RowEpilogue epilogue(swiglu_rows);
     multiply_normed(std::span(consumers).subspan(1), num_tokens, pool, &epilogue);
     kernels::matmul(experts.shared_down, w.gate.data(), num_tokens, w.projected.data(), pool);
+    if (moe.shared_expert_gated) {
+      // Qwen2-MoE: each token's shared expert output times sigmoid(normed · gate).
+      for_token_ranges(num_tokens, pool, [&](int begin, int end) {
+        for (int t = begin; t < end; ++t) {
+          const float* x = w.normed.data() + t * hidden;
+          float dot = 0.0f;
+          for (int64_t c = 0; c < hidden; ++c) dot += x[c] * experts.shared_gate_vector[c];
+          const float gate = 1.0f / (1.0f + std::exp(-dot));
+          float* out = w.projected.data() + t * hidden;
+          for (int64_t c = 0; c < hidden; ++c) out[c] *= gate;
+        }
+      });
+    }
   } else {
     std::fill_n(w.projected.begin(), num_tokens * hidden, 0.0f);
   }

@@ -151,7 +151,9 @@ class TensorLoader {
   // A vector of `size` values as f32 (converted once when stored in another type).
   Result<const float*> vector(const std::string& name, int64_t size) {
     TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
-    if (tensor.num_elements != size || tensor.shape.size() != 1) {
+    // A vector may be stored as a one-row matrix (Qwen2-MoE's shared expert gate).
+    const bool one_row = tensor.shape.size() == 2 && tensor.shape[1] == 1;
+    if (tensor.num_elements != size || (tensor.shape.size() != 1 && !one_row)) {
       return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}]", tensor.name,
                                       fmt::join(tensor.shape, ", "), size));
     }
@@ -280,6 +282,15 @@ std::string hf_tensor_name(const std::string& gguf_name, const ModelConfig& conf
                    : layer + "mlp.experts." + expert + "." + it->second.first + ".weight";
   }
   if (mixtral && rest == "ffn_gate_inp.weight") return layer + "block_sparse_moe.gate.weight";
+  // Qwen2-MoE has one shared expert, behind a gate.
+  if (config.architecture == "qwen2moe") {
+    static const std::map<std::string, std::string, std::less<>> kShared = {
+        {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+        {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+        {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+        {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"}};
+    if (auto it = kShared.find(rest); it != kShared.end()) return layer + it->second;
+  }
   auto it = kLayer.find(rest);
   if (it == kLayer.end()) return "";
   return layer + it->second;
@@ -493,6 +504,10 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const std::st
                                                             moe.shared_ffn_size, hidden));
     TACHYON_ASSIGN_OR_RETURN(experts.shared_down, load.matrix(prefix + "ffn_down_shexp.weight",
                                                               hidden, moe.shared_ffn_size));
+  }
+  if (moe.shared_expert_gated) {
+    TACHYON_ASSIGN_OR_RETURN(experts.shared_gate_vector,
+                             load.vector(prefix + "ffn_gate_inp_shexp.weight", hidden));
   }
   return Status();
 }

@@ -39,6 +39,7 @@ struct ExpertWeights {
   kernels::WeightMatrix shared_gate;        // [shared_ffn, hidden], when there are shared experts
   kernels::WeightMatrix shared_up;          // [shared_ffn, hidden]
   kernels::WeightMatrix shared_down;        // [hidden, shared_ffn]
+  const float* shared_gate_vector = nullptr;  // f32 [hidden], Qwen2-MoE's shared expert gate
 };
 
 struct LayerWeights {

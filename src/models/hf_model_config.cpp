@@ -100,15 +100,20 @@ Status read_experts(const ConfigReader& read, const std::string& model_type,
     moe.normalize_weights = true;
     return Status();
   }
-  if (model_type == "qwen3_moe") {
+  if (model_type == "qwen3_moe" || model_type == "qwen2_moe") {
     TACHYON_ASSIGN_OR_RETURN(moe.num_experts, read.positive("num_experts", 1 << 16));
     TACHYON_ASSIGN_OR_RETURN(moe.expert_ffn_size, read.positive("moe_intermediate_size"));
     TACHYON_ASSIGN_OR_RETURN(moe.normalize_weights, read.bool_or("norm_topk_prob", false));
+    if (model_type == "qwen2_moe") {
+      TACHYON_ASSIGN_OR_RETURN(moe.shared_ffn_size,
+                               read.count_or("shared_expert_intermediate_size", 0));
+      moe.shared_expert_gated = moe.shared_ffn_size > 0;
+    }
     TACHYON_ASSIGN_OR_RETURN(const int sparse_step, read.positive_or("decoder_sparse_step", 1));
     const boost::json::value* dense_only = read.find("mlp_only_layers");
     if (sparse_step != 1 ||
         (dense_only != nullptr && dense_only->is_array() && !dense_only->get_array().empty())) {
-      return unsupported("Qwen3-MoE with dense layers between the sparse ones "
+      return unsupported("Qwen-MoE with dense layers between the sparse ones "
                          "(decoder_sparse_step, mlp_only_layers) is not supported");
     }
     return Status();
@@ -169,8 +174,8 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
     config.architecture = "llama";
   } else if (deepseek) {
     config.architecture = "deepseek2";
-  } else if (type == "qwen3_moe") {
-    config.architecture = "qwen3moe";
+  } else if (type == "qwen3_moe" || type == "qwen2_moe") {
+    config.architecture = type == "qwen3_moe" ? "qwen3moe" : "qwen2moe";
   } else {
     config.architecture = type;
   }
@@ -209,7 +214,7 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
   config.rms_norm_epsilon = static_cast<float>(epsilon);
   TACHYON_ASSIGN_OR_RETURN(config.tied_embeddings, read.bool_or("tie_word_embeddings", false));
 
-  if (deepseek || type == "mixtral" || type == "qwen3_moe") {
+  if (deepseek || type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe") {
     TACHYON_RETURN_IF_ERROR(read_experts(read, type, config));
   }
   if (deepseek) {

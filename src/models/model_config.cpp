@@ -19,6 +19,7 @@ constexpr ArchitectureTraits kArchitectures[] = {
     {"llama", RopeLayout::kAdjacentPairs, false, false},
     {"qwen2", RopeLayout::kNeox, true, false},
     {"qwen3", RopeLayout::kNeox, false, true},
+    {"qwen2moe", RopeLayout::kNeox, true, false},
     {"qwen3moe", RopeLayout::kNeox, false, true},
     // MLA's rotary dimensions are stored in adjacent pairs, unpermuted.
     {"deepseek2", RopeLayout::kAdjacentPairs, false, false},
@@ -80,7 +81,7 @@ Status ModelConfig::set_architecture_traits() {
     }
   }
   return unsupported(fmt::format("architecture '{}' is not supported; supported: llama, qwen2, "
-                                 "qwen3, qwen3moe, deepseek2",
+                                 "qwen3, qwen2moe, qwen3moe, deepseek2",
                                  architecture));
 }
 
@@ -164,6 +165,13 @@ Status read_gguf_experts(const MetadataReader& meta, const GgufFile& file,
     moe.scoring = gating == 2 ? ExpertScoring::kSigmoid : ExpertScoring::kSoftmax;
     moe.normalize_weights = meta.optional_bool("expert_weights_norm").value_or(false);
     moe.weights_scale = meta.optional_float("expert_weights_scale").value_or(1.0);
+  } else if (config.architecture == "qwen2moe") {
+    // Softmax, the chosen weights as they are, one shared expert behind a sigmoid gate.
+    moe.scoring = ExpertScoring::kSoftmax;
+    moe.normalize_weights = false;
+    TACHYON_ASSIGN_OR_RETURN(moe.shared_ffn_size,
+                             meta.count_or("expert_shared_feed_forward_length", 0));
+    moe.shared_expert_gated = moe.shared_ffn_size > 0;
   } else {
     // Mixtral and Qwen3-MoE: softmax, the chosen weights renormalised.
     moe.scoring = ExpertScoring::kSoftmax;

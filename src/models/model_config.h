@@ -79,13 +79,14 @@ struct MixtureOfExpertsConfig {
   int groups_used = 1;             // best groups_used of num_groups groups
   ExpertGroupScore group_score = ExpertGroupScore::kTopTwoSum;
   bool has_selection_bias = false;  // e_score_correction_bias: added for choosing only
+  bool shared_expert_gated = false;  // Qwen2-MoE: the shared expert scaled by sigmoid(x · g)
 
   bool enabled() const { return num_experts > 0; }
   bool layer_has_experts(int layer) const { return enabled() && layer >= first_dense_layers; }
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"
+  std::string architecture;  // "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "deepseek2"
   int num_layers = 0;
   int hidden_size = 0;
   int ffn_size = 0;
@@ -113,10 +114,10 @@ struct ModelConfig {
   int kv_size() const { return num_kv_heads * head_size; }
 
   // Supported architectures: llama (Llama 2/3, Mistral, SmolLM, Mixtral), qwen2, qwen3,
-  // qwen3moe, deepseek2 (DeepSeek-V2/V3, Kimi-K2, Moonlight).
+  // qwen2moe, qwen3moe, deepseek2 (DeepSeek-V2/V3, Kimi-K2, Moonlight).
   static Result<ModelConfig> from_gguf(const GgufFile& file);
-  // The same from config.json (model_type llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-  // deepseek_v2, deepseek_v3, kimi_k2).
+  // The same from config.json (model_type llama, mistral, mixtral, qwen2, qwen3, qwen2_moe,
+  // qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2).
   static Result<ModelConfig> from_hf_checkpoint(const HfCheckpoint& checkpoint);
   // The same from config.json's parsed object.
   static Result<ModelConfig> from_hf_config(const boost::json::object& config);

@@ -167,7 +167,8 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ExpertModelEngineTest,
                          ::testing::Values("deepseek_v3_groups", "deepseek_v2_lite",
-                                           "kimi_k2_tiny", "mixtral_tiny", "qwen3_moe_tiny"));
+                                           "kimi_k2_tiny", "mixtral_tiny", "qwen3_moe_tiny",
+                                           "qwen2_moe_tiny"));
 
 }  // namespace
 }  // namespace tachyon
