@@ -222,7 +222,14 @@ CONFIGS += [
                     "one shared expert behind a sigmoid gate"),
 ]
 
-CONFIGS_BY_NAME = {config.name: config for config in CONFIGS}
+# For the K-quant quantizer test (tests/golden/quantizers_k): rows of 256 values, no goldens
+# of its own.
+K_QUANT_CONFIG = TinyConfig(
+    name="llama_k_quant", arch="llama", seed=120, vocab_size=264, hidden_size=256, num_layers=1,
+    ffn_size=512, num_heads=4, num_kv_heads=2, dtypes=("f32",),
+    description="llama with 256-wide rows, for --quantize q4_k / q6_k against llama.cpp")
+
+CONFIGS_BY_NAME = {config.name: config for config in CONFIGS + [K_QUANT_CONFIG]}
 DTYPES = ("f32", "f16")
 NUM_INPUT_TOKENS = 64
 

@@ -22,9 +22,10 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
       ->check(CLI::IsMember({"f16", "f32"}));
   command
       .add_option("--quantize", options.quantize,
-                  "Quantize F32/F16/BF16/FP8 matrices at load to q4_0, q4_1, q5_0, q5_1 or q8_0 "
-                  "(as the gguf package's quantizers; other types stay as stored)")
-      ->check(CLI::IsMember({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}));
+                  "Quantize F32/F16/BF16/FP8 matrices at load to q4_0, q4_1, q5_0, q5_1, q8_0 "
+                  "(as the gguf package's quantizers), q4_k or q6_k (as llama.cpp's without an "
+                  "importance matrix); other types stay as stored")
+      ->check(CLI::IsMember({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"}));
 }
 
 void add_numerics_option(CLI::App& command, ModelOptions& options) {
@@ -49,7 +50,9 @@ Result<ModelSession> open_session(const ModelOptions& options) {
                                                            {"q4_1", DType::kQ4_1},
                                                            {"q5_0", DType::kQ5_0},
                                                            {"q5_1", DType::kQ5_1},
-                                                           {"q8_0", DType::kQ8_0}};
+                                                           {"q8_0", DType::kQ8_0},
+                                                           {"q4_k", DType::kQ4_K},
+                                                           {"q6_k", DType::kQ6_K}};
     for (const auto& [name, type] : kTypes) {
       if (options.quantize == name) quantize = type;
     }

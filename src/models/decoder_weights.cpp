@@ -176,6 +176,8 @@ class TensorLoader {
   }
 
   // With --quantize, a float matrix becomes that type, row by row (one row of f32 at a time).
+  // K-quant rows that are no whole number of super-blocks fall back as llama.cpp's quantizer
+  // falls back (Q4_K to Q5_0, Q6_K to Q8_0); rows of no whole 32-value blocks stay as stored.
   Status quantize_if_asked(TensorView& tensor, int64_t rows, int64_t cols) {
     const bool float_matrix = tensor.type == DType::kF32 || tensor.type == DType::kF16 ||
                               tensor.type == DType::kBF16;
@@ -185,22 +187,24 @@ class TensorLoader {
     if (tensor.name.ends_with("ffn_gate_inp.weight") || tensor.name.ends_with("mlp.gate.weight")) {
       return Status();
     }
-    if (cols % 32 != 0) {
-      return unsupported(fmt::format("tensor '{}' has rows of {} values; --quantize {} needs a "
-                                     "multiple of 32",
-                                     tensor.name, cols, dtype_name(*quantize_)));
+    DType target = *quantize_;
+    if (cols % dtype_info(target).block_elements != 0) {
+      if (target == DType::kQ4_K) target = DType::kQ5_0;
+      if (target == DType::kQ6_K) target = DType::kQ8_0;
     }
+    const int64_t block = dtype_info(target).block_elements;
+    if (cols % block != 0) return Status();  // no whole blocks: kept as stored, as llama.cpp does
     const size_t in_row = static_cast<size_t>(cols) * dtype_info(tensor.type).block_bytes;
-    const size_t out_row = static_cast<size_t>(cols / 32) * dtype_info(*quantize_).block_bytes;
+    const size_t out_row = static_cast<size_t>(cols / block) * dtype_info(target).block_bytes;
     auto quantized = std::make_unique<std::vector<uint8_t>>(out_row * rows);
     std::vector<float> row(cols);
     for (int64_t r = 0; r < rows; ++r) {
       TACHYON_RETURN_IF_ERROR(reference::dequantize(tensor.type, tensor.data + r * in_row,
                                                     row.data(), cols));
-      TACHYON_RETURN_IF_ERROR(reference::quantize_weights(*quantize_, row.data(), cols,
+      TACHYON_RETURN_IF_ERROR(reference::quantize_weights(target, row.data(), cols,
                                                           quantized->data() + r * out_row));
     }
-    tensor.type = *quantize_;
+    tensor.type = target;
     tensor.data = quantized->data();
     weights_.converted_bytes.push_back(std::move(quantized));
     return Status();
@@ -590,8 +594,8 @@ Status load_mtp_layer(TensorLoader& load, const ModelConfig& config, const Decod
 Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
                     std::optional<DType> quantize, DecoderWeights& weights) {
   if (quantize && !reference::can_quantize_weights(*quantize)) {
-    return unsupported(fmt::format("--quantize {}: tachyon quantizes to Q4_0, Q4_1, Q5_0, Q5_1 and "
-                                   "Q8_0",
+    return unsupported(fmt::format("--quantize {}: tachyon quantizes to Q4_0, Q4_1, Q5_0, Q5_1, "
+                                   "Q8_0, Q4_K and Q6_K",
                                    dtype_name(*quantize)));
   }
   TensorLoader load(lookup, weights, quantize);

@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
 namespace tachyon {
 namespace {
@@ -417,6 +419,50 @@ void expect_broken_folders_fail(const std::string& folder, const std::vector<Bad
         << c.to << ": got \"" << model.status().message() << "\"";
   }
   fs::remove_all(copy);
+}
+
+std::string sha256_hex(const void* data, size_t size) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data, size, digest, &length, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+// --quantize q4_k / q6_k: the same bytes, tensor by tensor, as llama.cpp's own quantizer makes
+// from the same F32 model (tests/golden/quantizers_k, tools/make_quantizer_k_golden.py; the
+// gguf package has no K-quant quantizer).
+TEST(DecoderModelTest, QuantizeAtLoadToKQuantsMatchesLlamaCpp) {
+  const boost::json::object manifest =
+      boost::json::parse(read_file(std::string(TACHYON_SOURCE_DIR) +
+                                   "/tests/golden/quantizers_k/manifest.json"))
+          .as_object();
+  const std::string path = models_dir() + "/llama_k_quant.f32.gguf";
+  EXPECT_EQ(sha256_hex(read_file(path).data(), read_file(path).size()),
+            manifest.at("f32_gguf_sha256").as_string())
+      << path << " (the ctest fixture make_tiny_models writes it)";
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  for (const auto& [name, type] : {std::pair{"q4_k", DType::kQ4_K}, {"q6_k", DType::kQ6_K}}) {
+    Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(**file, type);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const DecoderWeights& w = (*model)->weights();
+    const LayerWeights& layer = w.layers[0];
+    const std::pair<const char*, const kernels::WeightMatrix*> matrices[] = {
+        {"token_embd.weight", &w.token_embedding}, {"output.weight", &w.output},
+        {"blk.0.attn_q.weight", &layer.query},     {"blk.0.attn_k.weight", &layer.key},
+        {"blk.0.attn_v.weight", &layer.value},     {"blk.0.attn_output.weight", &layer.attention_output},
+        {"blk.0.ffn_gate.weight", &layer.gate},    {"blk.0.ffn_up.weight", &layer.up},
+        {"blk.0.ffn_down.weight", &layer.down}};
+    const boost::json::object& expected = manifest.at("quantized").at(name).as_object();
+    for (const auto& [tensor, matrix] : matrices) {
+      ASSERT_EQ(matrix->type, type) << tensor;
+      EXPECT_EQ(sha256_hex(matrix->data, matrix->row_bytes() * matrix->rows),
+                expected.at(tensor).at("sha256").as_string())
+          << name << " " << tensor;
+    }
+  }
 }
 
 // A Hugging Face folder whose config.json disagrees with its tensors, or asks for what tachyon

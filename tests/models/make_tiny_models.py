@@ -38,6 +38,12 @@ def main() -> int:
             print(f"{path.name}: sha256 {digest} differs from llama.cpp's reference "
                   f"{entry['gguf_sha256']}")
             problems += 1
+    # The F32 model llama.cpp's K-quant quantization was recorded from (tests/golden/quantizers_k).
+    k_quant = json.loads((ROOT / "tests/golden/quantizers_k/manifest.json").read_text())
+    path = tiny_models.write_model(k_quant["model"], "f32", out / f"{k_quant['model']}.f32.gguf")
+    if hashlib.sha256(path.read_bytes()).hexdigest() != k_quant["f32_gguf_sha256"]:
+        print(f"{path.name}: sha256 differs from the K-quant reference's")
+        problems += 1
     # Block-scaled FP8 folders and their BF16 dequantizations (decoder_model_test compares).
     for name in ("llama_gqa", "qwen3_qknorm"):
         tiny_models.write_hf_fp8_folders(name, out / name)

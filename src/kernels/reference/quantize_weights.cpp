@@ -86,14 +86,23 @@ void quantize_affine(const float* x, int bits, uint8_t (&q)[kBlock], float& d, f
 
 bool can_quantize_weights(DType type) {
   return type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 ||
-         type == DType::kQ5_1 || type == DType::kQ8_0;
+         type == DType::kQ5_1 || type == DType::kQ8_0 || type == DType::kQ4_K ||
+         type == DType::kQ6_K;
 }
 
 Status quantize_weights(DType type, const float* src, int64_t num_elements, void* dst) {
   if (!can_quantize_weights(type)) {
     return unsupported(fmt::format("tachyon cannot quantize weights to {} (Q4_0, Q4_1, Q5_0, "
-                                   "Q5_1, Q8_0)",
+                                   "Q5_1, Q8_0, Q4_K, Q6_K)",
                                    dtype_name(type)));
+  }
+  if (type == DType::kQ4_K || type == DType::kQ6_K) {
+    if (num_elements % kQkK != 0) {
+      return invalid_argument(fmt::format("{} values are not whole super-blocks of {}",
+                                          num_elements, kQkK));
+    }
+    quantize_k_super_blocks(type, src, num_elements / kQkK, static_cast<uint8_t*>(dst));
+    return Status();
   }
   if (num_elements % kBlock != 0) {
     return invalid_argument(fmt::format("{} values are not whole blocks of {}", num_elements,
