@@ -49,8 +49,12 @@ TEST(QuantizeWeightsTest, RejectsWhatItCannotWrite) {
   Status status = reference::quantize_weights(DType::kQ8_0, weights.data(), 48, out.data());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.message();
   status = reference::quantize_weights(DType::kQ4_K, weights.data(), 32, out.data());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("not whole super-blocks of 256"), std::string::npos)
+      << status.message();
+  status = reference::quantize_weights(DType::kQ3_K, weights.data(), 256, out.data());
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
-  EXPECT_NE(status.message().find("cannot quantize weights to Q4_K"), std::string::npos)
+  EXPECT_NE(status.message().find("cannot quantize weights to Q3_K"), std::string::npos)
       << status.message();
 }
 
