@@ -281,8 +281,6 @@ def _round_f16(array: np.ndarray) -> np.ndarray:
 
 def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(config.seed)
-    hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
-    q_size, kv_size = config.num_heads * head, config.num_kv_heads * head
 
     def normal(std: float, *shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * std).astype(np.float32)
@@ -291,40 +289,19 @@ def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
         return (1.0 + rng.standard_normal(size) * NORM_NOISE).astype(np.float32)
 
     w: dict[str, np.ndarray] = {}
-    w["model.embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, hidden)
-    if config.moe is not None or config.mla is not None:
-        return _random_moe_weights(config, w, normal, norm)
-    for layer in range(config.num_layers):
-        p = f"model.layers.{layer}."
-        w[p + "input_layernorm.weight"] = norm(hidden)
-        w[p + "self_attn.q_proj.weight"] = normal(QK_STD, q_size, hidden)
-        w[p + "self_attn.k_proj.weight"] = normal(QK_STD, kv_size, hidden)
-        w[p + "self_attn.v_proj.weight"] = normal(OTHER_STD, kv_size, hidden)
-        if config.qkv_bias:
-            w[p + "self_attn.q_proj.bias"] = normal(BIAS_STD, q_size)
-            w[p + "self_attn.k_proj.bias"] = normal(BIAS_STD, kv_size)
-            w[p + "self_attn.v_proj.bias"] = normal(BIAS_STD, kv_size)
-        if config.qk_norm:
-            w[p + "self_attn.q_norm.weight"] = norm(head)
-            w[p + "self_attn.k_norm.weight"] = norm(head)
-        w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
-        w[p + "post_attention_layernorm.weight"] = norm(hidden)
-        w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
-        w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
-        w[p + "mlp.down_proj.weight"] = normal(OTHER_STD, hidden, ffn)
-    w["model.norm.weight"] = norm(hidden)
-    if not config.tied_embeddings:
-        w["lm_head.weight"] = normal(OUTPUT_STD, config.vocab_size, hidden)
-    return w
+    w["model.embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, config.hidden_size)
+    return _random_layers(config, w, normal, norm)
 
 
 ROUTER_STD = 0.5
 SELECTION_BIAS_STD = 0.05
 
 
-def _random_moe_weights(config: TinyConfig, w: dict, normal, norm) -> dict[str, np.ndarray]:
-    """The MoE / MLA models' weights in their released checkpoints' layout: one tensor per
-    expert (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1/w3/w2)."""
+def _random_layers(config: TinyConfig, w: dict, normal, norm) -> dict[str, np.ndarray]:
+    """The layers, final norm and output matrix (and any MTP layers) in the released
+    checkpoints' layout: one tensor per expert (mlp.experts.E.gate_proj, Mixtral's
+    block_sparse_moe.experts.E.w1/w3/w2). The dense models draw in the same order as before
+    MoE existed, so their files keep their bytes."""
     hidden, ffn, head = config.hidden_size, config.ffn_size, config.head_size
     for layer in range(config.num_layers):
         _random_decoder_layer(config, layer, w, normal, norm)

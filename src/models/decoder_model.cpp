@@ -377,6 +377,14 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
   multiply(output, w.attention.data(), num_tokens, pool);
 }
 
+void DecoderModel::swiglu_rows(int64_t ffn, int num_tokens, int64_t begin, int64_t end) {
+  Workspace& w = workspace_;
+  for (int t = 0; t < num_tokens; ++t) {
+    float* gate = w.gate.data() + t * ffn + begin;
+    swiglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
+  }
+}
+
 void DecoderModel::add_residual(int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
@@ -404,13 +412,8 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   } else {
     // SwiGLU by each thread over the gate and up rows it has just computed (element-wise, so
     // the same bits as over whole rows), while they are in its cache and without a serial step.
-    auto swiglu_rows = [&](int64_t begin, int64_t end) {
-      for (int t = 0; t < num_tokens; ++t) {
-        float* gate = w.gate.data() + t * ffn_size + begin;
-        swiglu(gate, w.up.data() + t * ffn_size + begin, end - begin, gate);
-      }
-    };
-    const kernels::RowEpilogue epilogue(swiglu_rows);
+    auto rows = [&](int64_t begin, int64_t end) { swiglu_rows(ffn_size, num_tokens, begin, end); };
+    const kernels::RowEpilogue epilogue(rows);
     multiply_normed(gate_up, num_tokens, pool, &epilogue);
   }
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
@@ -506,14 +509,8 @@ void DecoderModel::swiglu_feed_forward(const kernels::WeightMatrix& gate,
                                        const kernels::WeightMatrix& down, const float* input,
                                        int num_tokens, float* out, ThreadPool& pool) {
   Workspace& w = workspace_;
-  const int64_t ffn = gate.rows;
-  auto swiglu_rows = [&](int64_t begin, int64_t end) {
-    for (int t = 0; t < num_tokens; ++t) {
-      float* g = w.gate.data() + t * ffn + begin;
-      swiglu(g, w.up.data() + t * ffn + begin, end - begin, g);
-    }
-  };
-  const kernels::RowEpilogue epilogue(swiglu_rows);
+  auto rows = [&](int64_t begin, int64_t end) { swiglu_rows(gate.rows, num_tokens, begin, end); };
+  const kernels::RowEpilogue epilogue(rows);
   const kernels::MatmulProduct gate_up[] = {{&gate, w.gate.data()}, {&up, w.up.data()}};
   kernels::matmul_many(gate_up, input, num_tokens, pool, &epilogue);
   kernels::matmul(down, w.gate.data(), num_tokens, out, pool);
@@ -537,14 +534,10 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   add_and_normalize(layer.ffn_norm, true, consumers, num_tokens, pool);
   multiply_normed(std::span(consumers).first(1), num_tokens, pool);
   if (shared) {
-    const int64_t ffn = moe.shared_ffn_size;
-    auto swiglu_rows = [&](int64_t begin, int64_t end) {
-      for (int t = 0; t < num_tokens; ++t) {
-        float* gate = w.gate.data() + t * ffn + begin;
-        swiglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
-      }
+    auto rows = [&](int64_t begin, int64_t end) {
+      swiglu_rows(moe.shared_ffn_size, num_tokens, begin, end);
     };
-    const kernels::RowEpilogue epilogue(swiglu_rows);
+    const kernels::RowEpilogue epilogue(rows);
     multiply_normed(std::span(consumers).subspan(1), num_tokens, pool, &epilogue);
     kernels::matmul(experts.shared_down, w.gate.data(), num_tokens, w.projected.data(), pool);
     if (moe.shared_expert_gated) {

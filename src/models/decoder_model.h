@@ -139,6 +139,9 @@ class DecoderModel {
   // `out_stride` (through workspace_.head_input / head_output).
   void multiply_head(const kernels::WeightMatrix& w, const float* x, int64_t x_stride,
                      int num_tokens, float* out, int64_t out_stride, ThreadPool& pool);
+  // workspace_.gate = SwiGLU(gate, up) over columns [begin, end) of every token's rows of
+  // `ffn` values (a matmul_many row epilogue: each thread on the rows it has just computed).
+  void swiglu_rows(int64_t ffn, int num_tokens, int64_t begin, int64_t end);
   // SwiGLU feed-forward of `input` rows (f32 [num_tokens, hidden]) into `out`, using
   // workspace_.gate / up: gate and up products with SwiGLU as their epilogue, then down.
   void swiglu_feed_forward(const kernels::WeightMatrix& gate, const kernels::WeightMatrix& up,

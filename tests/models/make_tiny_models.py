@@ -14,36 +14,37 @@ sys.path.insert(0, str(ROOT / "tools"))
 import tiny_models  # noqa: E402
 
 
+def written_as_recorded(name: str, dtype: str, path: Path, sha256: str, reference: str) -> bool:
+    """Writes tiny model `name` in `dtype` at `path`; False (and a line saying so) when its
+    bytes are not the ones `reference` was computed from."""
+    tiny_models.write_model(name, dtype, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sha256:
+        print(f"{path.name}: sha256 {digest} differs from {reference}'s {sha256} "
+              f"(numpy or gguf version drift?)")
+    return digest == sha256
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((ROOT / "tests/golden/logits/manifest.json").read_text())
     problems = 0
     for entry in manifest["entries"]:
-        path = tiny_models.write_model(entry["config"], entry["dtype"], out / entry["gguf"])
+        problems += not written_as_recorded(entry["config"], entry["dtype"], out / entry["gguf"],
+                                            entry["gguf_sha256"], "the transformers goldens")
         tiny_models.write_hf_folder(entry["config"], entry["dtype"],
                                     out / tiny_models.hf_folder_name(entry["config"], entry["dtype"]))
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != entry["gguf_sha256"]:
-            print(f"{path.name}: sha256 {digest} differs from the manifest's {entry['gguf_sha256']} "
-                  f"(numpy or gguf version drift?)")
-            problems += 1
     # The MoE / MLA files llama.cpp's logits were recorded on (tests/golden/llamacpp_moe).
     reference = json.loads((ROOT / "tests/golden/llamacpp_moe/manifest.json").read_text())
     for entry in reference["entries"]:
-        path = out / entry["gguf"]
-        tiny_models.write_model(entry["config"], entry["dtype"], path)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != entry["gguf_sha256"]:
-            print(f"{path.name}: sha256 {digest} differs from llama.cpp's reference "
-                  f"{entry['gguf_sha256']}")
-            problems += 1
+        problems += not written_as_recorded(entry["config"], entry["dtype"], out / entry["gguf"],
+                                            entry["gguf_sha256"], "llama.cpp's reference")
     # The F32 model llama.cpp's K-quant quantization was recorded from (tests/golden/quantizers_k).
     k_quant = json.loads((ROOT / "tests/golden/quantizers_k/manifest.json").read_text())
-    path = tiny_models.write_model(k_quant["model"], "f32", out / f"{k_quant['model']}.f32.gguf")
-    if hashlib.sha256(path.read_bytes()).hexdigest() != k_quant["f32_gguf_sha256"]:
-        print(f"{path.name}: sha256 differs from the K-quant reference's")
-        problems += 1
+    problems += not written_as_recorded(k_quant["model"], "f32",
+                                        out / f"{k_quant['model']}.f32.gguf",
+                                        k_quant["f32_gguf_sha256"], "the K-quant reference")
     # Block-scaled FP8 folders and their BF16 dequantizations (decoder_model_test compares).
     for name in ("llama_gqa", "qwen3_qknorm"):
         tiny_models.write_hf_fp8_folders(name, out / name)

@@ -9,9 +9,16 @@
 #include "core/paths.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
+#include "engine_test_util.h"
 
 namespace tachyon {
 namespace {
+
+using testing_util::expect_pool_back_to_full;
+using testing_util::greedy_request;
+using testing_util::make_engine;
+using testing_util::run_alone;
+using testing_util::settled_metrics;
 
 const std::string kTinyModel = std::string(TACHYON_TINY_MODELS) + "/llama_gqa.f32.gguf";
 
@@ -38,15 +45,6 @@ LoadedModel& default_model() {
   return loaded;
 }
 
-EngineRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = max_tokens;
-  request.sampling.ignore_eos = true;
-  return request;
-}
-
 // Prompts of different lengths from a text, so a batch mixes long prefills and short decodes.
 std::vector<std::vector<TokenId>> make_prompts(const Tokenizer& tokenizer, int count) {
   static const char* const kTexts[] = {
@@ -69,36 +67,6 @@ std::vector<std::vector<TokenId>> make_prompts(const Tokenizer& tokenizer, int c
     prompts.push_back(tokenizer.encode(text, {.parse_special = true, .add_special = true}));
   }
   return prompts;
-}
-
-std::unique_ptr<Engine> make_engine(LoadedModel& loaded, ThreadPool& pool, EngineOptions options) {
-  Result<std::unique_ptr<Engine>> engine =
-      Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
-  EXPECT_TRUE(engine.ok()) << engine.status().message();
-  return engine.ok() ? std::move(*engine) : nullptr;
-}
-
-EngineOutput run_alone(Engine& engine, EngineRequest request) {
-  Result<std::shared_ptr<RequestStream>> stream = engine.submit(std::move(request));
-  EXPECT_TRUE(stream.ok()) << stream.status().message();
-  return (*stream)->wait_for_all();
-}
-
-// The engine publishes its gauges after each step; wait for the last one.
-EngineMetrics settled_metrics(const Engine& engine) {
-  EngineMetrics metrics = engine.metrics();
-  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    metrics = engine.metrics();
-  }
-  return metrics;
-}
-
-void expect_pool_back_to_full(const Engine& engine) {
-  const EngineMetrics metrics = settled_metrics(engine);
-  EXPECT_EQ(metrics.num_running, 0);
-  EXPECT_EQ(metrics.num_waiting, 0);
-  EXPECT_EQ(metrics.kv_blocks_used, 0) << "KV blocks leaked";
 }
 
 // The paged batch path computes what the single-sequence path computes, on a tiny f32 model

@@ -5,13 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <random>
-#include <thread>
 
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
+#include "engine_test_util.h"
 
 namespace tachyon {
 namespace {
+
+using testing_util::expect_pool_back_to_full;
+using testing_util::greedy_request;
+using testing_util::make_engine;
+using testing_util::run_alone;
 
 struct LoadedModel {
   std::unique_ptr<GgufFile> file;
@@ -34,15 +39,6 @@ LoadedModel load(const std::string& name) {
   return loaded;
 }
 
-EngineRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = max_tokens;
-  request.sampling.ignore_eos = true;
-  return request;
-}
-
 // Random prompts of 3..45 tokens (the tiny models' context is 128 positions).
 std::vector<std::vector<TokenId>> make_prompts(const DecoderModel& model, int count) {
   std::mt19937 rng(7);
@@ -54,30 +50,6 @@ std::vector<std::vector<TokenId>> make_prompts(const DecoderModel& model, int co
     prompts.push_back(std::move(prompt));
   }
   return prompts;
-}
-
-std::unique_ptr<Engine> make_engine(LoadedModel& loaded, ThreadPool& pool, EngineOptions options) {
-  Result<std::unique_ptr<Engine>> engine =
-      Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
-  EXPECT_TRUE(engine.ok()) << engine.status().message();
-  return engine.ok() ? std::move(*engine) : nullptr;
-}
-
-EngineOutput run_alone(Engine& engine, EngineRequest request) {
-  Result<std::shared_ptr<RequestStream>> stream = engine.submit(std::move(request));
-  EXPECT_TRUE(stream.ok()) << stream.status().message();
-  return (*stream)->wait_for_all();
-}
-
-void expect_pool_back_to_full(const Engine& engine) {
-  EngineMetrics metrics = engine.metrics();
-  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    metrics = engine.metrics();
-  }
-  EXPECT_EQ(metrics.num_running, 0);
-  EXPECT_EQ(metrics.num_waiting, 0);
-  EXPECT_EQ(metrics.kv_blocks_used, 0) << "KV blocks leaked";
 }
 
 class ExpertModelEngineTest : public ::testing::TestWithParam<std::string> {};

@@ -1,0 +1,58 @@
+// Helpers shared by the engine tests: greedy requests, an engine over a loaded model, running
+// a request alone, and checking that every KV block came back.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace tachyon::testing_util {
+
+inline EngineRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
+}
+
+// `loaded` has a `model` and a `tokenizer` (unique_ptrs).
+template <typename Loaded>
+std::unique_ptr<Engine> make_engine(Loaded& loaded, ThreadPool& pool, EngineOptions options) {
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+inline EngineOutput run_alone(Engine& engine, EngineRequest request) {
+  Result<std::shared_ptr<RequestStream>> stream = engine.submit(std::move(request));
+  EXPECT_TRUE(stream.ok()) << stream.status().message();
+  return (*stream)->wait_for_all();
+}
+
+// The engine publishes its gauges after each step; wait for the last one.
+inline EngineMetrics settled_metrics(const Engine& engine) {
+  EngineMetrics metrics = engine.metrics();
+  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    metrics = engine.metrics();
+  }
+  return metrics;
+}
+
+inline void expect_pool_back_to_full(const Engine& engine) {
+  const EngineMetrics metrics = settled_metrics(engine);
+  EXPECT_EQ(metrics.num_running, 0);
+  EXPECT_EQ(metrics.num_waiting, 0);
+  EXPECT_EQ(metrics.kv_blocks_used, 0) << "KV blocks leaked";
+}
+
+}  // namespace tachyon::testing_util
