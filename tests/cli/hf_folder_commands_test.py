@@ -134,6 +134,21 @@ def main() -> int:
               and info.get("moe", {}).get("scoring") == "sigmoid"
               and info.get("kv_bytes_per_token") == 240, json.dumps(info))
         check_serve(t, kimi, kv_bytes_per_token=240)
+        text = scratch / "text.txt"
+        text.write_text("the and of " * 60)
+        ppl = [run(t, "perplexity", "-m", str(path), "-f", str(text), "--ctx", "32", "--json",
+                   "-t", "2") for path in (kimi, scratch / "kimi_k2_tiny.gguf")]
+        check("perplexity -m MLA/MoE DIR == -m GGUF", all(r.returncode == 0 for r in ppl)
+              and json.loads(ppl[0].stdout)["perplexity"] == json.loads(ppl[1].stdout)["perplexity"],
+              [r.stdout[:200] + r.stderr[-200:] for r in ppl])
+        bench = run(t, "bench", "-m", str(kimi), "-p", "16", "-n", "4", "-r", "1", "--no-roofline",
+                    "--json", "-t", "2")
+        check("bench -m MLA/MoE DIR", bench.returncode == 0 and "tg4" in bench.stdout,
+              bench.stdout[:300] + bench.stderr[-300:])
+        chat = subprocess.run([t, "chat", "-m", str(kimi), "--temperature", "0", "-n", "4", "-t", "2"],
+                              input="hello\n", capture_output=True, text=True, timeout=120)
+        check("chat -m MLA/MoE DIR answers through the folder's template", chat.returncode == 0,
+              chat.stderr[-300:])
 
         # Broken folders: one clear line each.
         broken = scratch / "broken"
