@@ -526,19 +526,18 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   const bool shared = moe.shared_ffn_size > 0;
   // The router's logits and, for every token, the shared experts (SwiGLU as the products'
   // epilogue, as in feed_forward_block).
-  std::vector<kernels::MatmulProduct> consumers = {{&experts.router, w.router_logits.data()}};
-  if (shared) {
-    consumers.push_back({&experts.shared_gate, w.gate.data()});
-    consumers.push_back({&experts.shared_up, w.up.data()});
-  }
+  const kernels::MatmulProduct all_consumers[] = {{&experts.router, w.router_logits.data()},
+                                                   {&experts.shared_gate, w.gate.data()},
+                                                   {&experts.shared_up, w.up.data()}};
+  const std::span<const kernels::MatmulProduct> consumers(all_consumers, shared ? 3 : 1);
   add_and_normalize(layer.ffn_norm, true, consumers, num_tokens, pool);
-  multiply_normed(std::span(consumers).first(1), num_tokens, pool);
+  multiply_normed(consumers.first(1), num_tokens, pool);
   if (shared) {
     auto rows = [&](int64_t begin, int64_t end) {
       swiglu_rows(moe.shared_ffn_size, num_tokens, begin, end);
     };
     const kernels::RowEpilogue epilogue(rows);
-    multiply_normed(std::span(consumers).subspan(1), num_tokens, pool, &epilogue);
+    multiply_normed(consumers.subspan(1), num_tokens, pool, &epilogue);
     kernels::matmul(experts.shared_down, w.gate.data(), num_tokens, w.projected.data(), pool);
     if (moe.shared_expert_gated) {
       // Qwen2-MoE: each token's shared expert output times sigmoid(normed · gate).
@@ -570,14 +569,12 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   for (int e = 0; e < moe.num_experts; ++e) w.expert_offsets[e + 1] += w.expert_offsets[e];
   w.expert_tokens.resize(static_cast<size_t>(num_tokens) * k);
   w.expert_token_weights.resize(static_cast<size_t>(num_tokens) * k);
-  {
-    std::vector<int> next(w.expert_offsets.begin(), w.expert_offsets.end() - 1);
-    for (int t = 0; t < num_tokens; ++t) {
-      for (int i = 0; i < k; ++i) {
-        const int slot = next[w.chosen_experts[t * k + i]]++;
-        w.expert_tokens[slot] = t;
-        w.expert_token_weights[slot] = w.expert_weights[t * k + i];
-      }
+  w.expert_next.assign(w.expert_offsets.begin(), w.expert_offsets.end() - 1);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < k; ++i) {
+      const int slot = w.expert_next[w.chosen_experts[t * k + i]]++;
+      w.expert_tokens[slot] = t;
+      w.expert_token_weights[slot] = w.expert_weights[t * k + i];
     }
   }
   // Expert by expert in id order, so each token sums its experts in the same order whatever

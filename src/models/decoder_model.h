@@ -100,6 +100,7 @@ class DecoderModel {
     std::vector<float> expert_weights;   // f32 [tokens, experts_per_token]
     std::vector<int> expert_tokens;      // the tokens of each expert, expert by expert
     std::vector<int> expert_offsets;     // [experts + 1] into expert_tokens
+    std::vector<int> expert_next;        // [experts] the next free slot of each, while filling
     std::vector<float> expert_token_weights;  // the weight of each expert_tokens entry
     AlignedVector<float> expert_input;   // f32 [tokens, hidden]: an expert's tokens' rows
     AlignedVector<float> expert_output;  // f32 [tokens, hidden]

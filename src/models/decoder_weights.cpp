@@ -647,6 +647,8 @@ Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
   return weights;
 }
 
+namespace {
+
 // Calls visit(matrix, share) for every matrix a decode step reads, `share` being the fraction of
 // it one token reads (the routed experts': experts_per_token of them).
 template <typename Weights, typename Visit>
@@ -670,6 +672,8 @@ void for_each_decode_matrix(Weights& weights, Visit visit) {
   }
 }
 
+}  // namespace
+
 double DecoderWeights::decode_weight_bytes() const {
   double bytes = 0;
   for_each_decode_matrix(*this, [&](const kernels::WeightMatrix& w, double share) {
@@ -680,7 +684,8 @@ double DecoderWeights::decode_weight_bytes() const {
 
 void DecoderWeights::set_decode_prefetch() {
   const int64_t ahead = kernels::decode_prefetch_bytes(static_cast<int64_t>(decode_weight_bytes()));
-  for_each_decode_matrix(*this, [&](kernels::WeightMatrix& w, double) { w.decode_prefetch = ahead; });
+  for_each_decode_matrix(*this,
+                         [&](kernels::WeightMatrix& w, double) { w.decode_prefetch = ahead; });
   token_embedding.decode_prefetch = ahead;
 }
 
