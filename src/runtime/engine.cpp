@@ -35,6 +35,13 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
       options.max_waiting_requests < 0) {
     return invalid_argument("the batch token budget and running-request limit must be positive");
   }
+  const SpeculativeOptions& speculative = options.speculative;
+  if (speculative.max_draft_tokens < 0 || speculative.max_draft_tokens > 64 ||
+      speculative.max_sequences < 0 || speculative.suffix_cache_tokens < 0) {
+    return invalid_argument(fmt::format(
+        "speculative draft tokens {} is not in 0..64 (or a negative sequence or cache limit)",
+        speculative.max_draft_tokens));
+  }
   int64_t kv_bytes = options.kv_cache_bytes;
   if (kv_bytes <= 0) {
     if (options.kv_cache_fraction <= 0 || options.kv_cache_fraction > 1) {

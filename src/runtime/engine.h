@@ -3,6 +3,7 @@
 // outputs from the RequestStream it gets back.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -39,6 +40,11 @@ struct EngineMetrics {
   uint64_t preemptions_total = 0;
   uint64_t requests_finished_total = 0;
   Histogram::Snapshot tokens_per_step;
+  // Speculative decoding, per DraftSource: draft tokens verified, accepted, and drafts (the
+  // mean accepted length is accepted / drafts).
+  std::array<uint64_t, kNumDraftSources> draft_tokens_total{};
+  std::array<uint64_t, kNumDraftSources> accepted_draft_tokens_total{};
+  std::array<uint64_t, kNumDraftSources> drafts_total{};
 };
 
 class Engine {

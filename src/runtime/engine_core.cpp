@@ -18,9 +18,16 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
       end_of_generation_(Generator::end_of_generation_tokens(tokenizer.vocabulary())),
       cache_(std::move(cache)),
       block_pool_(cache_->num_blocks(), options.enable_prefix_cache),
-      scheduler_(SchedulerConfig{options.max_batch_tokens, options.max_running_requests,
-                                 options.block_size},
-                 block_pool_),
+      scheduler_(
+          [&] {
+            SchedulerConfig config{options.max_batch_tokens, options.max_running_requests,
+                                   options.block_size};
+            if (options.speculative.enabled()) {
+              config.max_speculative_sequences = options.speculative.max_sequences;
+            }
+            return config;
+          }(),
+          block_pool_),
       runner_(model, *cache_, pool),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
   metrics_.kv_blocks_total = cache_->num_blocks();
@@ -30,6 +37,9 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
                                 model.config().kv_values_are_keys()) /
       options.block_size);
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
+  if (options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kSuffix) {
+    suffix_cache_ = std::make_unique<SuffixCache>(options.speculative.suffix_cache_tokens);
+  }
 }
 
 Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
@@ -112,12 +122,16 @@ bool EngineCore::take_inbox() {
     request->hash_root = BlockHash::root(submission.request.cache_salt);
     StopCondition stop(submission.request.sampling, end_of_generation_);
     const bool skip_special = submission.request.skip_special_tokens;
-    active_.emplace(submission.id,
-                    std::make_unique<Active>(Active{std::move(submission.request),
-                                                    std::move(submission.sampler), std::move(stop),
-                                                    StreamingDetokenizer(tokenizer_, skip_special),
-                                                    std::move(submission.stream),
-                                                    submission.submitted}));
+    auto active = std::make_unique<Active>(Active{std::move(submission.request),
+                                                  std::move(submission.sampler), std::move(stop),
+                                                  StreamingDetokenizer(tokenizer_, skip_special),
+                                                  std::move(submission.stream),
+                                                  submission.submitted});
+    active->speculate = options_.speculative.enabled() && active->request.speculate;
+    active->partition = std::hash<std::string>{}(active->request.cache_salt) * 0x9e3779b97f4a7c15ull ^
+                        active->request.tenant;
+    active->draft_length = DraftLength(options_.speculative.max_draft_tokens);
+    active_.emplace(submission.id, std::move(active));
     scheduler_.add(std::move(request));
   }
   for (RequestId id : cancellations) {
@@ -143,13 +157,14 @@ void EngineCore::fail_expired() {
   }
 }
 
-EngineOutput EngineCore::counts_for(const Request& request, const Active& active) const {
-  EngineOutput output;
+void EngineCore::set_counts(const Request& request, const Active& active,
+                            EngineOutput& output) const {
   output.prompt_tokens = request.num_prompt_tokens;
   output.cached_prompt_tokens = request.num_cached_prompt_tokens;
   output.completion_tokens = active.num_completion_tokens;
   output.queue_seconds = active.queue_seconds;
-  return output;
+  output.draft_tokens = active.draft_tokens;
+  output.accepted_draft_tokens = active.accepted_draft_tokens;
 }
 
 void EngineCore::finish(RequestId id, EngineOutput output) {
@@ -157,11 +172,11 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   if (found == active_.end()) return;
   Active& active = *found->second;
   if (const Request* request = scheduler_.find(id)) {
-    EngineOutput counts = counts_for(*request, active);
-    output.prompt_tokens = counts.prompt_tokens;
-    output.cached_prompt_tokens = counts.cached_prompt_tokens;
-    output.completion_tokens = counts.completion_tokens;
-    output.queue_seconds = counts.queue_seconds;
+    set_counts(*request, active, output);
+    // What it read and wrote is there for later requests of the same tenant to draft from.
+    if (suffix_cache_ && active.speculate && output.status.ok()) {
+      suffix_cache_->add(active.partition, request->tokens);
+    }
   }
   if (!output.status.ok()) output.text += active.stop.flush();
   output.finished = true;
@@ -179,29 +194,78 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   stream->push(std::move(output));
 }
 
-void EngineCore::sample_and_emit(Request& request, Active& active, std::span<float> logits) {
-  const TokenId token = active.sampler.sample(logits, request.tokens, request.num_prompt_tokens);
-  request.tokens.push_back(token);
-  ++active.num_completion_tokens;
-  EngineOutput output = counts_for(request, active);
-  output.tokens.push_back(token);
-  if (active.request.sampling.logprobs) output.logprobs.push_back(active.sampler.last_logprobs());
-  Result<std::string> piece = active.detokenizer.push(token);
-  StopUpdate update = active.stop.push(token, piece.ok() ? *piece : std::string());
-  output.text = std::move(update.text);
-  if (update.finished()) {
-    output.finish_reason = update.finish_reason;
-    // Out of tokens in the middle of a character: its bytes become U+FFFD, as in a full decode.
-    if (update.finish_reason == FinishReason::kLength) output.text += active.detokenizer.finish();
-    finish(request.id, std::move(output));
-  } else if (request.num_tokens() >= max_context_) {
-    // No room to compute another token.
-    output.text += active.detokenizer.finish();
-    output.text += active.stop.flush();
-    output.finish_reason = FinishReason::kLength;
-    finish(request.id, std::move(output));
-  } else {
-    active.stream->push(std::move(output));
+EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, int& logits_row) {
+  Request& request = *item.request;
+  const int num_drafts = item.num_draft_tokens;
+  Sampled sampled{request.id, EngineOutput()};
+  EngineOutput& output = sampled.output;
+  int accepted = 0;
+  for (int i = 0; i <= num_drafts; ++i) {
+    const TokenId token = active.sampler.sample(runner_.logits_for(logits_row + i), request.tokens,
+                                                request.num_prompt_tokens);
+    request.tokens.push_back(token);
+    ++active.num_completion_tokens;
+    output.tokens.push_back(token);
+    if (active.request.sampling.logprobs) output.logprobs.push_back(active.sampler.last_logprobs());
+    Result<std::string> piece = active.detokenizer.push(token);
+    StopUpdate update = active.stop.push(token, piece.ok() ? *piece : std::string());
+    output.text += update.text;
+    if (update.finished()) {
+      output.finish_reason = update.finish_reason;
+      // Out of tokens in the middle of a character: its bytes become U+FFFD, as in a full decode.
+      if (update.finish_reason == FinishReason::kLength) output.text += active.detokenizer.finish();
+      output.finished = true;
+      break;
+    }
+    if (request.num_tokens() >= max_context_) {
+      // No room to compute another token.
+      output.text += active.detokenizer.finish();
+      output.text += active.stop.flush();
+      output.finish_reason = FinishReason::kLength;
+      output.finished = true;
+      break;
+    }
+    // The next position's logits are valid only if this token is the draft they followed.
+    if (i == num_drafts || token != request.draft_tokens[i]) break;
+    ++accepted;
+  }
+  logits_row += num_drafts + 1;
+  item.num_rejected_tokens = num_drafts - accepted;
+  request.draft_tokens.clear();
+  if (num_drafts > 0) {
+    active.draft_tokens += num_drafts;
+    active.accepted_draft_tokens += accepted;
+    active.draft_length.observe(num_drafts, accepted);
+    const int source = static_cast<int>(active.draft_source);
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    metrics_.draft_tokens_total[source] += num_drafts;
+    metrics_.accepted_draft_tokens_total[source] += accepted;
+    ++metrics_.drafts_total[source];
+  }
+  set_counts(request, active, output);
+  return sampled;
+}
+
+void EngineCore::propose(Request& request, Active& active) {
+  if (!active.speculate) return;
+  // Room for the guesses: the context, and max_tokens (the last token is sampled, not guessed).
+  int room = max_context_ - request.num_tokens() - 1;
+  if (active.request.sampling.max_tokens) {
+    room = std::min(room, *active.request.sampling.max_tokens - active.num_completion_tokens - 1);
+  }
+  const int wanted = std::min(room, active.draft_length.next());
+  if (wanted <= 0) return;
+  active.ngrams.extend(request.tokens);
+  NgramMatch own = active.ngrams.propose(request.tokens, wanted, request.draft_tokens);
+  active.draft_source = DraftSource::kNgram;
+  if (suffix_cache_) {
+    // Another request's text wins only with a longer match.
+    std::vector<TokenId> shared;
+    NgramMatch other = suffix_cache_->propose(active.partition, request.tokens, wanted, shared);
+    if (other.ngram > own.ngram) {
+      request.draft_tokens = std::move(shared);
+      active.draft_source = DraftSource::kSuffix;
+    }
   }
 }
 
@@ -228,16 +292,29 @@ void EngineCore::step() {
     }
     return;
   }
-  scheduler_.on_step_done(output);
+  // Sample first: how many drafts each request keeps decides what the step computed.
+  std::vector<Sampled> sampled;
   int logits_row = 0;
-  for (const ScheduledRequest& item : output.scheduled) {
-    if (!item.samples_next_token) continue;
-    Request& request = *item.request;
-    sample_and_emit(request, *active_.at(request.id), runner_.logits_for(logits_row++));
+  for (ScheduledRequest& item : output.scheduled) {
+    if (item.samples_next_token) {
+      sampled.push_back(sample(item, *active_.at(item.request->id), logits_row));
+    }
+  }
+  scheduler_.on_step_done(output);
+  int num_generated = 0;
+  for (Sampled& result : sampled) {
+    num_generated += static_cast<int>(result.output.tokens.size());
+    if (result.output.finished) {
+      finish(result.id, std::move(result.output));
+      continue;
+    }
+    Active& active = *active_.at(result.id);
+    active.stream->push(std::move(result.output));
+    propose(*scheduler_.find(result.id), active);
   }
   publish_metrics(output.num_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
-  metrics_.generation_tokens_total += logits_row;
+  metrics_.generation_tokens_total += num_generated;
 }
 
 void EngineCore::publish_metrics(int step_tokens) {

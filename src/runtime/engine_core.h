@@ -6,6 +6,14 @@
 // deadline, let the scheduler pick the step's tokens, run the model once over all of them,
 // then sample a token for every request whose known tokens are all computed, detokenize it,
 // check stop conditions and push the result to the request's stream.
+//
+// Speculative decoding: after a request's sample, a proposer guesses its next tokens
+// (request.draft_tokens); the next step computes them along with its last token. Sampling then
+// walks the positions in order with the request's own sampler, exactly as it would one step
+// at a time, and keeps going while each sample equals the guess at its position: every
+// token, random draw, penalty, stop check and logprob is what it would have been without the
+// guesses. The first sample that differs ends the walk; the guesses after it are dropped and
+// their KV slots rolled back (Scheduler::on_step_done).
 #pragma once
 
 #include <chrono>
@@ -28,6 +36,9 @@
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "scheduler/scheduler.h"
+#include "speculative/draft_length.h"
+#include "speculative/ngram_index.h"
+#include "speculative/suffix_cache.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,15 +79,34 @@ class EngineCore {
     double queue_seconds = 0;  // set when first scheduled
     bool scheduled = false;
     int num_completion_tokens = 0;
+    // Speculative decoding (when on for this request).
+    bool speculate = false;
+    uint64_t partition = 0;  // its tenant and cache salt: whose suffix-cache text it may see
+    NgramIndex ngrams = NgramIndex();  // over request.tokens
+    DraftLength draft_length = DraftLength(0);
+    DraftSource draft_source = DraftSource::kNgram;  // of request.draft_tokens
+    int draft_tokens = 0;
+    int accepted_draft_tokens = 0;
+  };
+  // A sampling request's step: its new tokens and text, and whether it finished.
+  struct Sampled {
+    RequestId id;
+    EngineOutput output;
   };
 
   // Moves the inbox into the scheduler; false when stopping.
   bool take_inbox();
   void step();
-  void sample_and_emit(Request& request, Active& active, std::span<float> logits);
+  // Samples the item's positions (its last known token's, then each draft's while the samples
+  // confirm them), appending the tokens to the request and setting item.num_rejected_tokens.
+  // `logits_row` is the item's first logits row; advanced past its rows.
+  Sampled sample(ScheduledRequest& item, Active& active, int& logits_row);
+  // Guesses the request's next tokens into request.draft_tokens.
+  void propose(Request& request, Active& active);
   // Ends a request: the final event (with `output`'s fields) goes out, its blocks go back.
   void finish(RequestId id, EngineOutput output);
-  EngineOutput counts_for(const Request& request, const Active& active) const;
+  // Fills output's counts (prompt, cached, completion, draft tokens; queue time).
+  void set_counts(const Request& request, const Active& active, EngineOutput& output) const;
   void fail_expired();
   void publish_metrics(int step_tokens);
 
@@ -92,6 +122,7 @@ class EngineCore {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
+  std::unique_ptr<SuffixCache> suffix_cache_;  // when options_.speculative.mode is kSuffix
   uint64_t next_arrival_ = 0;
 
   // Inbox, shared with other threads.

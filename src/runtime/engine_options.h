@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "speculative/speculative_options.h"
 
 namespace tachyon {
 
@@ -25,6 +26,8 @@ struct EngineOptions {
   // Longest sequence (prompt + generated); 0 ⇒ the model's context length.
   int max_context = 0;
   bool enable_prefix_cache = true;
+  // Speculative decoding (off by default): outputs are the same bytes either way.
+  SpeculativeOptions speculative;
 };
 
 }  // namespace tachyon

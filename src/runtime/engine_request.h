@@ -32,6 +32,9 @@ struct EngineRequest {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // Decode special tokens (e.g. <|im_end|>) as text? OpenAI servers skip them.
   bool skip_special_tokens = true;
+  // Opt out of the engine's speculative decoding (it never changes the output; a client may
+  // still prefer not to spend compute on guesses).
+  bool speculate = true;
 };
 
 // One event of a request's stream. A request produces zero or more events with new tokens,
@@ -55,6 +58,9 @@ struct EngineOutput {
   int completion_tokens = 0;
   // Seconds from submit until the engine first scheduled it (0 until then).
   double queue_seconds = 0;
+  // Speculative decoding so far: draft tokens verified and, of those, accepted.
+  int draft_tokens = 0;
+  int accepted_draft_tokens = 0;
 };
 
 }  // namespace tachyon

@@ -21,12 +21,20 @@ Status ModelRunner::execute(const SchedulerOutput& output) {
     sequence.block_table = request.blocks;
     for (int t = 0; t < item.num_new_tokens; ++t) {
       const int position = request.num_computed_tokens + t;
-      batch.tokens.push_back(request.tokens[position]);
+      // Past the known tokens come the drafts being verified.
+      batch.tokens.push_back(position < request.num_tokens()
+                                 ? request.tokens[position]
+                                 : request.draft_tokens[position - request.num_tokens()]);
       batch.positions.push_back(position);
       batch.slots.push_back(static_cast<int64_t>(request.blocks[position / block_size]) *
                                 block_size + position % block_size);
     }
-    if (item.samples_next_token) batch.logits_tokens.push_back(batch.num_tokens() - 1);
+    if (item.samples_next_token) {
+      // The last known token's logits, then each draft's (what follows it, if it is right).
+      for (int t = item.num_draft_tokens; t >= 0; --t) {
+        batch.logits_tokens.push_back(batch.num_tokens() - 1 - t);
+      }
+    }
   }
   return model_.forward_batch(batch, cache_, pool_, logits_);
 }

@@ -19,8 +19,8 @@ class ModelRunner {
   ModelRunner(DecoderModel& model, PagedKvCache& cache, ThreadPool& pool)
       : model_(model), cache_(cache), pool_(pool) {}
 
-  // Runs the step. On success, logits_for(k) is the k-th request (in `output.scheduled`
-  // order) with samples_next_token set.
+  // Runs the step. On success, logits rows come in `output.scheduled` order: for each request
+  // with samples_next_token set, one row for its last known token, then one per draft token.
   Status execute(const SchedulerOutput& output);
   std::span<float> logits_for(int k) {
     const size_t vocab = model_.config().vocab_size;
@@ -32,7 +32,7 @@ class ModelRunner {
   PagedKvCache& cache_;
   ThreadPool& pool_;
   ForwardBatch batch_;          // reused between steps
-  std::vector<float> logits_;   // f32 [sampling requests, vocab]
+  std::vector<float> logits_;   // f32 [sampling rows, vocab]
 };
 
 }  // namespace tachyon

@@ -37,6 +37,9 @@ EngineOutput RequestStream::wait_for_all() {
     all.prompt_tokens = next.prompt_tokens;
     all.cached_prompt_tokens = next.cached_prompt_tokens;
     all.completion_tokens = next.completion_tokens;
+    all.queue_seconds = next.queue_seconds;
+    all.draft_tokens = next.draft_tokens;
+    all.accepted_draft_tokens = next.accepted_draft_tokens;
     if (next.finished) {
       all.finished = true;
       all.finish_reason = next.finish_reason;

@@ -29,6 +29,9 @@ struct Request {
   double tenant_weight = 1.0;
 
   std::vector<int32_t> tokens;  // the prompt, then every sampled token
+  // Guesses for the tokens after tokens.back() (speculative decoding): a step that decodes
+  // the request may compute them too, and the engine keeps those its samples confirm.
+  std::vector<int32_t> draft_tokens;
   int num_prompt_tokens = 0;
   int num_computed_tokens = 0;  // tokens[0, num_computed_tokens) have KV in `blocks`
   // Prompt tokens found in the prefix cache when first admitted (reported as cached_tokens).

@@ -170,9 +170,11 @@ bool Scheduler::schedule_running(Request* request, int num_new, SchedulerOutput&
   return true;
 }
 
-void Scheduler::add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget) {
+void Scheduler::add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget,
+                            int num_drafts) {
   output.scheduled.push_back(
-      {request, num_new, request->num_computed_tokens + num_new == request->num_tokens()});
+      {request, num_new,
+       request->num_computed_tokens + num_new - num_drafts == request->num_tokens(), num_drafts});
   budget -= num_new;
   request->last_scheduled_step = step_;
   step_charge_[request->tenant] += num_new / request->tenant_weight;
@@ -238,10 +240,21 @@ SchedulerOutput Scheduler::schedule(double now) {
     }
     return list;
   }();
-  for (Request* request : decoding) {
+  const bool speculate = may_speculate(static_cast<int>(decoding.size()));
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    Request* request = decoding[i];
     if (budget <= 0) break;
     if (request->state != RequestState::kRunning) continue;  // preempted in this loop
-    schedule_running(request, 1, output, budget);
+    // Drafts ride along only in what the budget leaves after every decode's own token, and
+    // only in blocks the pool has free: a guess never preempts anyone.
+    const int spare = budget - static_cast<int>(decoding.size() - i);
+    int drafts = speculate ? std::min<int>(request->draft_tokens.size(), spare) : 0;
+    if (drafts > 0 && !grow_blocks(request, request->num_computed_tokens + 1 + drafts)) drafts = 0;
+    if (drafts > 0) {
+      add_to_step(request, 1 + drafts, output, budget, drafts);
+    } else {
+      schedule_running(request, 1, output, budget);
+    }
   }
 
   // 2. Prompt work, fairest first: chunks of running prompts and admissions of waiting
@@ -313,15 +326,35 @@ SchedulerOutput Scheduler::schedule(double now) {
   return output;
 }
 
+bool Scheduler::may_speculate(int num_decoding) const {
+  if (num_decoding == 0 || num_decoding > config_.max_speculative_sequences) return false;
+  for (const Request* request : running_) {
+    if (request->num_uncomputed_tokens() > 1) return false;  // a prompt chunk is due
+  }
+  return waiting_.empty() || static_cast<int>(running_.size()) >= config_.max_running_requests;
+}
+
 void Scheduler::on_step_done(const SchedulerOutput& output) {
   for (const ScheduledRequest& item : output.scheduled) {
     Request* request = item.request;
-    request->num_computed_tokens += item.num_new_tokens;
-    tenants_[request->tenant].virtual_time += item.num_new_tokens / request->tenant_weight;
+    TACHYON_CHECK(item.num_rejected_tokens >= 0 &&
+                  item.num_rejected_tokens <= item.num_draft_tokens);
+    const int num_kept = item.num_new_tokens - item.num_rejected_tokens;
+    request->num_computed_tokens += num_kept;
+    tenants_[request->tenant].virtual_time += num_kept / request->tenant_weight;
     TACHYON_CHECK(request->num_computed_tokens <= request->num_tokens());
+    if (item.num_rejected_tokens > 0) {
+      // The rejected drafts' slots hold nothing anyone reads; blocks that only they reached go
+      // back, so the request holds exactly what it would had it never drafted.
+      const int needed = blocks_for(request->num_computed_tokens);
+      if (static_cast<int>(request->blocks.size()) > needed) {
+        pool_.release(std::span<const BlockId>(request->blocks).subspan(needed));
+        request->blocks.resize(needed);
+      }
+    }
     // Name the blocks that became full this step (earlier ones already are).
     const int num_full = request->num_computed_tokens / config_.block_size;
-    const int first_new = (request->num_computed_tokens - item.num_new_tokens) / config_.block_size;
+    const int first_new = (request->num_computed_tokens - num_kept) / config_.block_size;
     extend_block_hashes(request, num_full);
     for (int i = first_new; i < num_full; ++i) {
       pool_.set_hash(request->blocks[i], request->block_hashes[i]);

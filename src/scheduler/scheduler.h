@@ -36,6 +36,11 @@ struct SchedulerConfig {
   // competing for this long after its last request left: a client sending one request after
   // another is not forgotten between them.
   double tenant_linger_seconds = 10.0;
+  // Speculative decoding: a decoding request's draft tokens are added to the step only while
+  // at most this many requests decode, no prompt work is pending (such steps are
+  // compute-bound: verifying drafts there costs what it would save) and the KV pool has blocks
+  // for them without preempting anyone. 0: never.
+  int max_speculative_sequences = 0;
 };
 
 struct SchedulerCounters {
@@ -57,8 +62,9 @@ class Scheduler {
   // The next step's work; `now` is a monotonic clock in seconds (it only measures how long a
   // tenant has been away).
   SchedulerOutput schedule(double now);
-  // After the model ran `output`: advances num_computed_tokens and names newly full blocks
-  // for the prefix cache.
+  // After the model ran `output`: advances num_computed_tokens (less each item's rejected
+  // drafts, whose now unneeded blocks go back to the pool) and names newly full blocks for the
+  // prefix cache.
   void on_step_done(const SchedulerOutput& output);
 
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -97,7 +103,10 @@ class Scheduler {
   // Admits a waiting request (its cached prefix already taken) with up to `budget_share` new
   // tokens; false (its blocks released) when they do not fit.
   bool admit(Request* request, int budget_share, SchedulerOutput& output, int& budget);
-  void add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget);
+  void add_to_step(Request* request, int num_new, SchedulerOutput& output, int& budget,
+                   int num_drafts = 0);
+  // Whether this step may carry draft tokens (see max_speculative_sequences).
+  bool may_speculate(int num_decoding) const;
   // The running request to preempt first: lowest priority, latest arrival.
   Request* least_urgent_running() const;
   // Preempts `victim`, taking it out of the step being built.

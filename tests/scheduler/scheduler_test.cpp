@@ -272,5 +272,63 @@ TEST(SchedulerTest, HighPriorityPreemptsLowerPriorityToBeAdmitted) {
   EXPECT_EQ(scheduler.find(1)->state, RequestState::kWaiting);
 }
 
+// A decoding request's drafts are computed with its last token; the rejected ones roll back:
+// num_computed_tokens, the block table and the pool end exactly where a run that never
+// drafted would be, and only blocks of confirmed tokens are named for the prefix cache.
+TEST(SchedulerTest, DraftsRideAlongAndRejectedOnesRollBack) {
+  KvBlockPool pool(8, true);
+  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 8, .block_size = 16,
+                       .max_speculative_sequences = 2},
+                      pool);
+  scheduler.add(make_request(1, 14));
+  step(scheduler);  // the prompt; one sampled token makes 15
+  Request* request = scheduler.find(1);
+  ASSERT_EQ(request->num_computed_tokens, 14);
+  request->draft_tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  SchedulerOutput drafted = scheduler.schedule(1.0);
+  ASSERT_EQ(drafted.scheduled.size(), 1u);
+  EXPECT_EQ(drafted.scheduled[0].num_new_tokens, 21);
+  EXPECT_EQ(drafted.scheduled[0].num_draft_tokens, 20);
+  EXPECT_TRUE(drafted.scheduled[0].samples_next_token);
+  EXPECT_EQ(request->blocks.size(), 3u);  // positions 0..34
+  // The engine confirms 2 drafts and samples a third token; 18 are rejected.
+  drafted.scheduled[0].num_rejected_tokens = 18;
+  request->tokens.insert(request->tokens.end(), {1, 2, 99});
+  request->draft_tokens.clear();
+  scheduler.on_step_done(drafted);
+  EXPECT_EQ(request->num_computed_tokens, 17);  // 14 + the last token + 2 confirmed drafts
+  EXPECT_EQ(request->blocks.size(), 2u);        // what 17 computed tokens need
+  EXPECT_EQ(pool.num_held(), 2);
+  EXPECT_EQ(request->block_hashes.size(), 1u);  // only the full block of confirmed tokens
+
+  // No drafts while a waiting request could be admitted (its prompt makes the step compute-bound).
+  request->draft_tokens = {5, 6};
+  scheduler.add(make_request(2, 30));
+  SchedulerOutput busy = scheduler.schedule(2.0);
+  ASSERT_EQ(busy.scheduled.size(), 2u);
+  EXPECT_EQ(busy.scheduled[0].num_draft_tokens, 0);
+  EXPECT_EQ(busy.scheduled[0].num_new_tokens, 1);
+  scheduler.remove(1);
+  scheduler.remove(2);
+  EXPECT_EQ(pool.num_held(), 0);
+}
+
+// Drafts never preempt: without free blocks for them the request decodes its one token.
+TEST(SchedulerTest, DraftsGetOnlyFreeBlocks) {
+  KvBlockPool pool(2, false);
+  Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 8, .block_size = 16,
+                       .max_speculative_sequences = 4},
+                      pool);
+  scheduler.add(make_request(1, 15));
+  scheduler.add(make_request(2, 15));
+  step(scheduler);  // both prompts: one block each, none free
+  scheduler.find(1)->draft_tokens = {1, 2, 3};
+  SchedulerOutput output = scheduler.schedule(1.0);
+  ASSERT_EQ(output.scheduled.size(), 2u);
+  EXPECT_TRUE(output.preempted.empty());
+  EXPECT_EQ(output.scheduled[0].num_draft_tokens, 0);
+  EXPECT_EQ(output.scheduled[0].num_new_tokens, 1);
+}
+
 }  // namespace
 }  // namespace tachyon
