@@ -14,6 +14,7 @@
 #include "cli/interrupt.h"
 #include "cli/model_session.h"
 #include "cli/sampling_options.h"
+#include "cli/speculation_flags.h"
 #include "runtime/generator.h"
 
 namespace tachyon::cli {
@@ -22,6 +23,7 @@ namespace {
 struct ChatOptions {
   ModelOptions model;
   SamplingOptions sampling;
+  SpeculationFlags speculation;
   std::string system;
   int max_tokens = -1;  // per reply; -1: until the model stops or the context is full
   int min_reply_room = 128;
@@ -42,7 +44,9 @@ class ChatSession {
         params_(std::move(params)),
         system_(options.system),
         generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
-                   options.model.batch_size, session.cache_type) {}
+                   options.model.batch_size, session.cache_type) {
+    generator_.set_speculation(options.speculation.options);
+  }
 
   void run() {
     const bool interactive = isatty(STDIN_FILENO);
@@ -152,6 +156,7 @@ class ChatSession {
 
 Status run_chat(ChatOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.finish());
+  TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
   TACHYON_RETURN_IF_ERROR(options.sampling.params.validate(session.tokenizer->vocabulary_size()));
   TACHYON_ASSIGN_OR_RETURN(ChatTemplate chat_template, session.chat_template());
@@ -168,6 +173,7 @@ void add_chat_command(CLI::App& app) {
   add_model_options(*command, options->model);
   add_numerics_option(*command, options->model);
   add_sampling_options(*command, options->sampling);
+  add_speculation_flags(*command, options->speculation);
   command->add_option("--system", options->system, "System message");
   command->add_option("-n,--max-tokens", options->max_tokens,
                       "Most tokens per reply, -1 = until the model stops (default)");

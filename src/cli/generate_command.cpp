@@ -9,6 +9,7 @@
 #include "cli/interrupt.h"
 #include "cli/model_session.h"
 #include "cli/sampling_options.h"
+#include "cli/speculation_flags.h"
 #include "runtime/generator.h"
 
 namespace tachyon::cli {
@@ -17,6 +18,7 @@ namespace {
 struct GenerateOptions {
   ModelOptions model;
   SamplingOptions sampling;
+  SpeculationFlags speculation;
   std::string prompt;
   std::string system;
   int max_tokens = 256;
@@ -25,8 +27,24 @@ struct GenerateOptions {
   bool add_special = false;
 };
 
+// Drafts verified, proposed and accepted tokens, and what they mean per step.
+boost::json::object speculation_json(const SpeculativeOptions& options,
+                                     const GenerationOutput& output) {
+  return {{"mode", speculative_mode_name(options.mode)},
+          {"drafts", output.drafts},
+          {"draft_tokens", output.draft_tokens},
+          {"accepted_draft_tokens", output.accepted_draft_tokens},
+          {"acceptance_rate", output.draft_tokens > 0 ? static_cast<double>(output.accepted_draft_tokens) /
+                                                            output.draft_tokens
+                                                      : 0.0},
+          {"mean_accepted_length", output.drafts > 0 ? static_cast<double>(output.accepted_draft_tokens) /
+                                                           output.drafts
+                                                     : 0.0}};
+}
+
 Status run_generate(GenerateOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.finish());
+  TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   SamplingParams params = options.sampling.params;
   if (options.max_tokens >= 0) params.max_tokens = options.max_tokens;
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
@@ -48,6 +66,7 @@ Status run_generate(GenerateOptions& options) {
 
   Generator generator(*session.model, *session.tokenizer, *session.pool, session.context_size,
                       options.model.batch_size, session.cache_type);
+  generator.set_speculation(options.speculation.options);
   InterruptGuard interrupt;
   TACHYON_ASSIGN_OR_RETURN(
       GenerationOutput output,
@@ -81,6 +100,7 @@ Status run_generate(GenerateOptions& options) {
        output.prompt_seconds > 0 ? output.prompt_tokens / output.prompt_seconds : 0.0},
       {"generation_tokens_per_second", decode_rate},
       {"seed", params.seed ? boost::json::value(*params.seed) : boost::json::value(nullptr)},
+      {"speculative", speculation_json(options.speculation.options, output)},
   };
   std::printf("%s\n", boost::json::serialize(result).c_str());
   return Status();
@@ -94,6 +114,7 @@ void add_generate_command(CLI::App& app) {
   add_model_options(*command, options->model);
   add_numerics_option(*command, options->model);
   add_sampling_options(*command, options->sampling);
+  add_speculation_flags(*command, options->speculation);
   command->add_option("-p,--prompt", options->prompt, "The text to continue")->required();
   command->add_option("-n,--max-tokens", options->max_tokens,
                       "Most tokens to generate, -1 = until the context is full (default 256)");

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_session.h"
+#include "cli/speculation_flags.h"
 #include "core/paths.h"
 #include "gateway/gateway.h"
 #include "runtime/engine.h"
@@ -26,6 +27,7 @@ struct ServeCommandOptions {
   std::string model_alias;
   std::string kv_cache_memory;  // fraction or size; empty: the engine's default
   EngineOptions engine;
+  SpeculationFlags speculation;
 };
 
 // Everything the background loader builds. Members are destroyed in reverse order: the engine
@@ -96,6 +98,8 @@ Status run_serve(ServeCommandOptions& options) {
     options.engine.kv_cache_bytes = amount.bytes;
     if (amount.fraction > 0) options.engine.kv_cache_fraction = amount.fraction;
   }
+  TACHYON_RETURN_IF_ERROR(options.speculation.finish());
+  options.engine.speculative = options.speculation.options;
   const std::string path =
       options.model.model_path.empty() ? default_model_path() : options.model.model_path;
   options.serve.model_id =
@@ -231,6 +235,7 @@ void add_serve_command(CLI::App& app) {
                     "Allow serving a non-loopback address without API keys");
   command->add_flag("--public-metrics", serve.public_metrics,
                     "Serve /metrics without an API key when keys are required");
+  add_speculation_flags(*command, options->speculation, /*serving=*/true);
   command->callback([options] {
     Status status = run_serve(*options);
     if (!status.ok()) fail(status.message());

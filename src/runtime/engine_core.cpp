@@ -127,10 +127,13 @@ bool EngineCore::take_inbox() {
                                                   StreamingDetokenizer(tokenizer_, skip_special),
                                                   std::move(submission.stream),
                                                   submission.submitted});
-    active->speculate = options_.speculative.enabled() && active->request.speculate;
-    active->partition = std::hash<std::string>{}(active->request.cache_salt) * 0x9e3779b97f4a7c15ull ^
+    active->partition = std::hash<std::string>{}(active->request.cache_salt) *
+                            0x9e3779b97f4a7c15ull ^
                         active->request.tenant;
-    active->draft_length = DraftLength(options_.speculative.max_draft_tokens);
+    if (options_.speculative.enabled() && active->request.speculate) {
+      active->proposer = std::make_unique<LookupProposer>(options_.speculative.max_draft_tokens,
+                                                          suffix_cache_.get(), active->partition);
+    }
     active_.emplace(submission.id, std::move(active));
     scheduler_.add(std::move(request));
   }
@@ -174,7 +177,7 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   if (const Request* request = scheduler_.find(id)) {
     set_counts(*request, active, output);
     // What it read and wrote is there for later requests of the same tenant to draft from.
-    if (suffix_cache_ && active.speculate && output.status.ok()) {
+    if (suffix_cache_ && active.proposer && output.status.ok()) {
       suffix_cache_->add(active.partition, request->tokens);
     }
   }
@@ -235,8 +238,8 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   if (num_drafts > 0) {
     active.draft_tokens += num_drafts;
     active.accepted_draft_tokens += accepted;
-    active.draft_length.observe(num_drafts, accepted);
-    const int source = static_cast<int>(active.draft_source);
+    active.proposer->observe(num_drafts, accepted);
+    const int source = static_cast<int>(active.proposer->source());
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     metrics_.draft_tokens_total[source] += num_drafts;
     metrics_.accepted_draft_tokens_total[source] += accepted;
@@ -247,26 +250,13 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
 }
 
 void EngineCore::propose(Request& request, Active& active) {
-  if (!active.speculate) return;
+  if (!active.proposer) return;
   // Room for the guesses: the context, and max_tokens (the last token is sampled, not guessed).
   int room = max_context_ - request.num_tokens() - 1;
   if (active.request.sampling.max_tokens) {
     room = std::min(room, *active.request.sampling.max_tokens - active.num_completion_tokens - 1);
   }
-  const int wanted = std::min(room, active.draft_length.next());
-  if (wanted <= 0) return;
-  active.ngrams.extend(request.tokens);
-  NgramMatch own = active.ngrams.propose(request.tokens, wanted, request.draft_tokens);
-  active.draft_source = DraftSource::kNgram;
-  if (suffix_cache_) {
-    // Another request's text wins only with a longer match.
-    std::vector<TokenId> shared;
-    NgramMatch other = suffix_cache_->propose(active.partition, request.tokens, wanted, shared);
-    if (other.ngram > own.ngram) {
-      request.draft_tokens = std::move(shared);
-      active.draft_source = DraftSource::kSuffix;
-    }
-  }
+  active.proposer->propose(request.tokens, room, request.draft_tokens);
 }
 
 void EngineCore::step() {

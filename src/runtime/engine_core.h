@@ -36,8 +36,7 @@
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "scheduler/scheduler.h"
-#include "speculative/draft_length.h"
-#include "speculative/ngram_index.h"
+#include "speculative/lookup_proposer.h"
 #include "speculative/suffix_cache.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -79,12 +78,9 @@ class EngineCore {
     double queue_seconds = 0;  // set when first scheduled
     bool scheduled = false;
     int num_completion_tokens = 0;
-    // Speculative decoding (when on for this request).
-    bool speculate = false;
+    // Speculative decoding: set when on for this request.
+    std::unique_ptr<LookupProposer> proposer = nullptr;
     uint64_t partition = 0;  // its tenant and cache salt: whose suffix-cache text it may see
-    NgramIndex ngrams = NgramIndex();  // over request.tokens
-    DraftLength draft_length = DraftLength(0);
-    DraftSource draft_source = DraftSource::kNgram;  // of request.draft_tokens
     int draft_tokens = 0;
     int accepted_draft_tokens = 0;
   };

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "speculative/lookup_proposer.h"
 #include "tokenizer/streaming_detokenizer.h"
 
 namespace tachyon {
@@ -42,12 +43,21 @@ std::vector<TokenId> Generator::end_of_generation_tokens(const Vocabulary& vocab
   return ids;
 }
 
-Status Generator::extend(std::span<const TokenId> tokens) {
+void Generator::set_speculation(const SpeculativeOptions& options) {
+  speculation_ = options;
+  suffix_cache_.reset();
+  if (options.enabled() && options.mode == SpeculativeMode::kSuffix) {
+    suffix_cache_ = std::make_unique<SuffixCache>(options.suffix_cache_tokens);
+  }
+}
+
+Status Generator::extend(std::span<const TokenId> tokens, int num_logits) {
   size_t start = cached_tokens_.size();
   while (start < tokens.size()) {
     const size_t count = std::min<size_t>(batch_size_, tokens.size() - start);
+    const bool last = start + count == tokens.size();
     Status status = model_.forward(tokens.subspan(start, count), static_cast<int>(start), cache_,
-                                   pool_, /*num_logits=*/1, logits_);
+                                   pool_, last ? std::min<int>(num_logits, count) : 1, logits_);
     if (!status.ok()) {
       cached_tokens_.resize(start);
       return status;
@@ -97,13 +107,24 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
     output.text += text;
     on_text(text);
   };
+  // Speculation: drafts[i] is the guess for the token after logits_ row i; rows past the
+  // first are valid only while the samples equal the guesses before them.
+  std::unique_ptr<LookupProposer> proposer;
+  if (speculation_.enabled()) {
+    proposer = std::make_unique<LookupProposer>(speculation_.max_draft_tokens,
+                                                suffix_cache_.get(), /*partition=*/0);
+  }
+  std::vector<TokenId> drafts;
+  int row = 0;
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   while (true) {
     if (cancel && cancel->load()) {
       emit(stop.flush());
       output.cancelled = true;
       break;
     }
-    const TokenId token = sampler.sample(logits_, context, prompt.size());
+    const TokenId token = sampler.sample(std::span<float>(logits_.data() + row * vocab, vocab),
+                                         context, prompt.size());
     context.push_back(token);
     output.tokens.push_back(token);
     TACHYON_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(token));
@@ -119,8 +140,35 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       output.finish_reason = FinishReason::kLength;
       break;
     }
-    TACHYON_RETURN_IF_ERROR(extend(context));
+    if (row < static_cast<int>(drafts.size()) && token == drafts[row]) {
+      ++row;  // the guess was right: the next row's logits follow exactly this context
+      continue;
+    }
+    if (!drafts.empty()) {
+      ++output.drafts;
+      output.draft_tokens += static_cast<int>(drafts.size());
+      output.accepted_draft_tokens += row;
+      proposer->observe(static_cast<int>(drafts.size()), row);
+    }
+    // Positions past the last sampled token held rejected guesses.
+    cached_tokens_.resize(context.size() - 1);
+    drafts.clear();
+    row = 0;
+    if (proposer) {
+      // Guesses must fit the cache, one batch, and max_tokens (the last token is sampled).
+      int room = std::min(context_size() - static_cast<int>(context.size()), batch_size_ - 1);
+      if (params.max_tokens) {
+        room = std::min(room, *params.max_tokens - static_cast<int>(output.tokens.size()) - 1);
+      }
+      proposer->propose(context, room, drafts);
+    }
+    std::vector<TokenId> verified = context;
+    verified.insert(verified.end(), drafts.begin(), drafts.end());
+    TACHYON_RETURN_IF_ERROR(extend(verified, 1 + static_cast<int>(drafts.size())));
   }
+  // Everything sampled is final, but the cache may hold keys of guesses after it.
+  cached_tokens_.resize(std::min(cached_tokens_.size(), context.size() - 1));
+  if (suffix_cache_) suffix_cache_->add(0, context);
   output.generation_seconds = seconds_since(generation_start);
   return output;
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "models/decoder_model.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
+#include "speculative/speculative_options.h"
+#include "speculative/suffix_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
@@ -28,6 +31,10 @@ struct GenerationOutput {
   int cached_prompt_tokens = 0;   // reused from the previous sequence's cache
   double prompt_seconds = 0;      // computing the prompt (and the first token's logits)
   double generation_seconds = 0;  // the rest
+  // Speculative decoding: drafts verified, their tokens, and of those the accepted ones.
+  int drafts = 0;
+  int draft_tokens = 0;
+  int accepted_draft_tokens = 0;
 };
 
 class Generator {
@@ -42,6 +49,12 @@ class Generator {
                                     const std::function<void(std::string_view)>& on_text,
                                     const std::atomic<bool>* cancel = nullptr);
 
+  // Speculative decoding for the next generate() calls (off by default). The tokens are the
+  // same either way: each draft is checked by sampling its position exactly as a plain step
+  // would. With kSuffix the drafts may also come from earlier sequences of this generator
+  // (earlier turns of a chat).
+  void set_speculation(const SpeculativeOptions& options);
+
   // Computes the prompt only (no sampling) and returns the last position's logits.
   Result<std::span<const float>> prefill(std::span<const TokenId> prompt);
 
@@ -55,8 +68,9 @@ class Generator {
   static std::vector<TokenId> end_of_generation_tokens(const Vocabulary& vocabulary);
 
  private:
-  // Runs tokens[start..] through the model in batches, returning the last token's logits.
-  Status extend(std::span<const TokenId> tokens);
+  // Runs the tokens not cached yet through the model in batches; logits_ then holds the last
+  // `num_logits` tokens' logits (which must all be in the last batch).
+  Status extend(std::span<const TokenId> tokens, int num_logits = 1);
 
   DecoderModel& model_;
   const Tokenizer& tokenizer_;
@@ -64,9 +78,11 @@ class Generator {
   int batch_size_;
   KvCache cache_;
   std::vector<TokenId> cached_tokens_;
-  std::vector<float> logits_;  // f32 [vocab] of the last computed token
+  std::vector<float> logits_;  // f32 [num_logits, vocab] of the last computed tokens
   std::vector<TokenId> end_of_generation_;
   int last_reused_tokens_ = 0;  // prompt tokens the last prefill took from the cache
+  SpeculativeOptions speculation_;
+  std::unique_ptr<SuffixCache> suffix_cache_;  // earlier sequences, with kSuffix
 };
 
 }  // namespace tachyon

@@ -107,6 +107,7 @@ std::optional<ApiError> build_engine_request(const OpenAiRequest& request, const
   }
   out.priority = request.priority;
   out.cache_salt = request.cache_salt;
+  out.speculate = request.speculative;
   out.skip_special_tokens = true;
   return std::nullopt;
 }

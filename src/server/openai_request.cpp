@@ -459,6 +459,7 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
     }
   }
   if (auto x = fields.string("cache_salt")) out.cache_salt = std::move(*x);
+  if (auto x = fields.boolean("speculative")) out.speculative = *x;
   if (auto error = parse_priority(fields, out.priority)) return error;
   return fields.error;
 }

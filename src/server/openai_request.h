@@ -35,6 +35,9 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage
   Priority priority = Priority::kNormal;
   std::string cache_salt;
+  // tachyon's extension "speculative": false opts out of the server's speculative decoding
+  // (the output is the same either way).
+  bool speculative = true;
 };
 
 // Parses the body as JSON: 400 with a position on malformed JSON, 400 when it is not an object.

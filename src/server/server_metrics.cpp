@@ -54,6 +54,43 @@ std::string join_labels(std::string_view base, std::string_view extra) {
   return fmt::format("{},{}", base, extra);
 }
 
+// Speculative decoding counters, one series per proposer.
+void append_speculative(std::string& out, std::string_view labels, const EngineMetrics& engine) {
+  struct Series {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const EngineMetrics&, int);
+  };
+  static const Series kSeries[] = {
+      {"tachyon:spec_decode_num_drafts_total", "counter", "Drafts verified.",
+       [](const EngineMetrics& m, int s) { return static_cast<double>(m.drafts_total[s]); }},
+      {"tachyon:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+       [](const EngineMetrics& m, int s) { return static_cast<double>(m.draft_tokens_total[s]); }},
+      {"tachyon:spec_decode_num_accepted_tokens_total", "counter",
+       "Draft tokens accepted (equal to the token the request sampled).",
+       [](const EngineMetrics& m, int s) {
+         return static_cast<double>(m.accepted_draft_tokens_total[s]);
+       }},
+      {"tachyon:spec_decode_mean_accepted_length", "gauge",
+       "Accepted draft tokens per verified draft over the server's lifetime.",
+       [](const EngineMetrics& m, int s) {
+         return m.drafts_total[s] > 0
+                    ? static_cast<double>(m.accepted_draft_tokens_total[s]) / m.drafts_total[s]
+                    : 0.0;
+       }},
+  };
+  for (const Series& series : kSeries) {
+    append_header(out, series.name, series.type, series.help);
+    for (int s = 0; s < kNumDraftSources; ++s) {
+      out += fmt::format("{}{{{}}} {}\n", series.name,
+                         join_labels(labels, fmt::format("proposer=\"{}\"",
+                                                         draft_source_name(static_cast<DraftSource>(s)))),
+                         format_value(series.value(engine, s)));
+    }
+  }
+}
+
 }  // namespace
 
 const char* request_end_name(RequestEnd end) {
@@ -143,6 +180,7 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
                   engine->steps_total);
     append_prometheus_histogram(out, "tachyon:iteration_tokens", "Tokens computed per engine step.",
                                 labels, engine->tokens_per_step);
+    append_speculative(out, labels, *engine);
   }
   append_header(out, "tachyon:request_success_total", "counter",
                 "Requests finished, by how they ended (stop, length, abort, error).");

@@ -13,6 +13,7 @@
 #include "engine_test_util.h"
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 
 namespace tachyon {
 namespace {
@@ -351,6 +352,60 @@ TEST(SpeculativeEngineTest, SuffixCacheNeverCrossesTenants) {
   const EngineOutput own = run_alone(*on, probe);
   expect_same_output(expected, own, "tenant 1");
   EXPECT_GT(suffix_drafts(), 0u) << "tenant 1's own text was not proposed back";
+}
+
+// The single-sequence Generator (`generate`, `chat`, `bench`) speculates the same way: greedy
+// and seeded outputs unchanged, with drafts made and accepted, and its cache still reusable by
+// the next prompt (a chat's next turn).
+TEST(SpeculativeGeneratorTest, OutputsAreUnchanged) {
+  LoadedModel& loaded = default_model();
+  ThreadPool pool(2);
+  Generator plain(*loaded.model, *loaded.tokenizer, pool, 2048);
+  const std::vector<std::string> texts = grounded_texts(12);
+  for (SpeculativeMode mode : {SpeculativeMode::kNgram, SpeculativeMode::kSuffix}) {
+    Generator speculative(*loaded.model, *loaded.tokenizer, pool, 2048);
+    SpeculativeOptions options;
+    options.mode = mode;
+    options.max_draft_tokens = 6;
+    speculative.set_speculation(options);
+    int accepted = 0, drafted = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      SamplingParams params;
+      params.max_tokens = 40;
+      if (i % 2 == 0) {
+        params.temperature = 0;
+      } else {
+        params.temperature = 0.8f;
+        params.top_p = 0.95f;
+        params.repetition_penalty = 1.05f;
+        params.seed = i;
+      }
+      std::string streamed;
+      auto collect = [&](std::string_view piece) { streamed += piece; };
+      const std::vector<TokenId> prompt = encode(texts[i]);
+      Result<GenerationOutput> expected = plain.generate(prompt, params, [](std::string_view) {});
+      Result<GenerationOutput> actual = speculative.generate(prompt, params, collect);
+      ASSERT_TRUE(expected.ok() && actual.ok());
+      EXPECT_EQ(actual->tokens, expected->tokens) << "prompt " << i;
+      EXPECT_EQ(actual->text, expected->text) << "prompt " << i;
+      EXPECT_EQ(streamed, expected->text);
+      EXPECT_EQ(actual->finish_reason, expected->finish_reason);
+      accepted += actual->accepted_draft_tokens;
+      drafted += actual->draft_tokens;
+      // The next turn: prompt + answer + more reuses the whole cached conversation.
+      std::vector<TokenId> follow_up = prompt;
+      follow_up.insert(follow_up.end(), actual->tokens.begin(), actual->tokens.end());
+      follow_up.push_back(prompt[1]);
+      params.max_tokens = 6;
+      Result<GenerationOutput> next_expected = plain.generate(follow_up, params, [](std::string_view) {});
+      Result<GenerationOutput> next = speculative.generate(follow_up, params, [](std::string_view) {});
+      ASSERT_TRUE(next_expected.ok() && next.ok());
+      EXPECT_EQ(next->tokens, next_expected->tokens);
+      EXPECT_EQ(next->cached_prompt_tokens, next_expected->cached_prompt_tokens);
+    }
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(drafted, accepted);
+  }
 }
 
 }  // namespace

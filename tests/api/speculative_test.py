@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Speculative decoding through the HTTP API, checked with the official openai client: a server
+started with `--speculative suffix` answers every request (chat and completions, greedy and
+seeded, streamed and not, with logprobs and stop sequences) with exactly the bytes a server
+without speculation gives; `/metrics` counts drafts per proposer; `"speculative": false` opts a
+request out; and `--speculative` refuses modes it does not know with a clear error.
+
+    .venv/bin/python tests/api/speculative_test.py --tachyon build/tachyon
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, exit_status, info, section  # noqa: E402
+from server_fixture import TachyonServer, parse_prometheus, http_get  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAKESPEARE = ROOT.parent / "shared/data/corpus/tinyshakespeare.txt"
+
+
+def passages(count: int) -> list[str]:
+    text = SHAKESPEARE.read_text()
+    out = []
+    for i in range(count):
+        start = text.index("\n", (i * 7919 * 37) % (len(text) - 3000)) + 1
+        end = start
+        for _ in range(5):
+            end = text.index("\n", end) + 1
+        out.append(text[start:end])
+    return out
+
+
+def spec_metrics(url: str) -> dict[str, float]:
+    status, body = http_get(url + "/metrics")
+    assert status == 200, status
+    values = {}
+    for line in body.decode().splitlines():
+        if line.startswith("tachyon:spec_decode_") and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def total(values: dict[str, float], series: str) -> float:
+    return sum(v for k, v in values.items() if k.startswith(series + "{"))
+
+
+def requests_for(model: str) -> list[tuple[str, dict]]:
+    """(what, create() arguments) pairs; each is sent to both servers."""
+    out = []
+    for i, passage in enumerate(passages(8)):
+        first_line = passage.split("\n")[0]
+        copy = [{"role": "user", "content": "Repeat this text exactly:\n\n" + passage}]
+        out.append((f"chat greedy {i}", dict(kind="chat", model=model, messages=copy,
+                                             temperature=0, max_tokens=60)))
+        out.append((f"chat seeded stream {i}",
+                    dict(kind="chat", model=model, messages=copy, temperature=0.8, top_p=0.95,
+                         presence_penalty=0.3, seed=100 + i, max_tokens=40, stream=True)))
+        out.append((f"completion logprobs stop {i}",
+                    dict(kind="completion", model=model,
+                         prompt=passage + "\nThe same text again:\n" + first_line,
+                         temperature=0, max_tokens=48, logprobs=2,
+                         stop=[passage.split()[-1]])))
+    return out
+
+
+def run(client: openai.OpenAI, args: dict) -> tuple:
+    args = dict(args)
+    kind = args.pop("kind")
+    if kind == "chat":
+        if args.get("stream"):
+            chunks = list(client.chat.completions.create(**args))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            reasons = [c.choices[0].finish_reason for c in chunks
+                       if c.choices and c.choices[0].finish_reason]
+            return text, reasons
+        response = client.chat.completions.create(**args)
+        return (response.choices[0].message.content, response.choices[0].finish_reason,
+                response.usage.completion_tokens)
+    response = client.completions.create(**args)
+    choice = response.choices[0]
+    return (choice.text, choice.finish_reason, response.usage.completion_tokens,
+            choice.logprobs.tokens, choice.logprobs.token_logprobs, choice.logprobs.top_logprobs)
+
+
+def test_same_bytes(tachyon: str, model: str | None) -> None:
+    common = ["-c", "2048", "--kv-cache-mem", "256MiB"]
+    with TachyonServer(tachyon, model, args=common) as off, \
+            TachyonServer(tachyon, model, args=common + ["--speculative", "suffix",
+                                                        "--spec-max-tokens", "8"]) as on:
+        off_client = openai.OpenAI(base_url=off.v1, api_key="unused", max_retries=0, timeout=300)
+        on_client = openai.OpenAI(base_url=on.v1, api_key="unused", max_retries=0, timeout=300)
+        model_id = off_client.models.list().data[0].id
+        differing = []
+        for what, args in requests_for(model_id):
+            if run(off_client, args) != run(on_client, args):
+                differing.append(what)
+        check("every answer is byte-identical with --speculative suffix", not differing, differing)
+        values = spec_metrics(on.url)
+        info(f"spec metrics: {values}")
+        drafted = total(values, "tachyon:spec_decode_num_draft_tokens_total")
+        accepted = total(values, "tachyon:spec_decode_num_accepted_tokens_total")
+        check("/metrics counts verified and accepted draft tokens", drafted > 0 and accepted > 0,
+              values)
+        check("/metrics has a series per proposer",
+              all(f'tachyon:spec_decode_num_drafts_total{{model_name="{model_id}",proposer="{p}"}}'
+                  in values for p in ("ngram", "suffix")), sorted(values))
+        check("/metrics mean accepted length is accepted / drafts",
+              total(values, "tachyon:spec_decode_mean_accepted_length") > 0, values)
+        check("a server without --speculative drafts nothing",
+              total(spec_metrics(off.url), "tachyon:spec_decode_num_draft_tokens_total") == 0)
+
+        # Opting out: the same answer and not one more draft.
+        args = requests_for(model_id)[0][1]
+        before = total(spec_metrics(on.url), "tachyon:spec_decode_num_draft_tokens_total")
+        opted = dict(args, extra_body={"speculative": False})
+        check('"speculative": false gives the same answer', run(on_client, opted) ==
+              run(off_client, args))
+        after = total(spec_metrics(on.url), "tachyon:spec_decode_num_draft_tokens_total")
+        check('"speculative": false verifies no drafts', after == before, (before, after))
+        bad = http_post_json(on.url + "/v1/chat/completions",
+                             {"model": model_id, "messages": [{"role": "user", "content": "hi"}],
+                              "speculative": "yes"})
+        check('"speculative": "yes" is a 400 naming the field',
+              bad[0] == 400 and b"speculative" in bad[1], bad)
+
+
+def http_post_json(url: str, body: dict) -> tuple[int, bytes]:
+    import json
+    import urllib.error
+    import urllib.request
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_flag_errors(tachyon: str) -> None:
+    for mode, expected in (("draft", "not available yet"), ("mtp", "not available yet"),
+                           ("bogus", "unknown speculative mode")):
+        result = subprocess.run([tachyon, "generate", "-p", "hi", "--speculative", mode],
+                                capture_output=True, text=True, timeout=60)
+        check(f"--speculative {mode}: exit 1 and a clear message",
+              result.returncode == 1 and expected in result.stderr, result.stderr.strip())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tachyon", default=str(ROOT / "build" / "tachyon"))
+    parser.add_argument("--model", help="GGUF file (default: tachyon's default model)")
+    args = parser.parse_args()
+    section("same bytes", test_same_bytes, args.tachyon, args.model)
+    section("flag errors", test_flag_errors, args.tachyon)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
