@@ -259,8 +259,32 @@ void EngineCore::propose(Request& request, Active& active) {
   active.proposer->propose(request.tokens, room, request.draft_tokens);
 }
 
+void EngineCore::size_drafts() {
+  if (!options_.speculative.enabled()) return;
+  std::vector<Request*> drafting;
+  std::vector<double> acceptance;
+  std::vector<int> available;
+  int decoding = 0;
+  for (const auto& [id, active] : active_) {
+    Request* request = scheduler_.find(id);
+    if (request == nullptr || request->state != RequestState::kRunning ||
+        request->num_uncomputed_tokens() != 1) {
+      continue;
+    }
+    ++decoding;
+    if (active->proposer && !request->draft_tokens.empty()) {
+      drafting.push_back(request);
+      acceptance.push_back(active->proposer->acceptance());
+      available.push_back(static_cast<int>(request->draft_tokens.size()));
+    }
+  }
+  const std::vector<int> lengths = choose_draft_lengths(step_cost_, decoding, acceptance, available);
+  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft_tokens.resize(lengths[i]);
+}
+
 void EngineCore::step() {
   fail_expired();
+  size_drafts();
   const auto now = std::chrono::steady_clock::now();
   SchedulerOutput output =
       scheduler_.schedule(std::chrono::duration<double>(now.time_since_epoch()).count());
@@ -272,7 +296,11 @@ void EngineCore::step() {
     active.scheduled = true;
     active.queue_seconds = std::chrono::duration<double>(now - active.submitted).count();
   }
+  const auto run_start = std::chrono::steady_clock::now();
   Status status = runner_.execute(output);
+  step_cost_.observe(output.num_tokens, std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now() - run_start)
+                                            .count());
   if (!status.ok()) {
     // Not expected (inputs were validated); fail the step's requests rather than the process.
     for (const ScheduledRequest& item : output.scheduled) {

@@ -37,6 +37,7 @@
 #include "sampling/stop_condition.h"
 #include "scheduler/scheduler.h"
 #include "speculative/lookup_proposer.h"
+#include "speculative/step_cost_model.h"
 #include "speculative/suffix_cache.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -99,6 +100,9 @@ class EngineCore {
   Sampled sample(ScheduledRequest& item, Active& active, int& logits_row);
   // Guesses the request's next tokens into request.draft_tokens.
   void propose(Request& request, Active& active);
+  // Before scheduling: cuts each decoding request's drafts to the length worth verifying in
+  // this step (choose_draft_lengths over the measured step costs).
+  void size_drafts();
   // Ends a request: the final event (with `output`'s fields) goes out, its blocks go back.
   void finish(RequestId id, EngineOutput output);
   // Fills output's counts (prompt, cached, completion, draft tokens; queue time).
@@ -119,6 +123,7 @@ class EngineCore {
   ModelRunner runner_;
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
   std::unique_ptr<SuffixCache> suffix_cache_;  // when options_.speculative.mode is kSuffix
+  StepCostModel step_cost_;                    // seconds per step, by tokens computed
   uint64_t next_arrival_ = 0;
 
   // Inbox, shared with other threads.

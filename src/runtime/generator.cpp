@@ -161,10 +161,14 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
         room = std::min(room, *params.max_tokens - static_cast<int>(output.tokens.size()) - 1);
       }
       proposer->propose(context, room, drafts);
+      drafts.resize(choose_draft_lengths(step_cost_, 1, {proposer->acceptance()},
+                                         {static_cast<int>(drafts.size())})[0]);
     }
     std::vector<TokenId> verified = context;
     verified.insert(verified.end(), drafts.begin(), drafts.end());
+    const auto step_start = std::chrono::steady_clock::now();
     TACHYON_RETURN_IF_ERROR(extend(verified, 1 + static_cast<int>(drafts.size())));
+    step_cost_.observe(1 + static_cast<int>(drafts.size()), seconds_since(step_start));
   }
   // Everything sampled is final, but the cache may hold keys of guesses after it.
   cached_tokens_.resize(std::min(cached_tokens_.size(), context.size() - 1));

@@ -17,6 +17,7 @@
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "speculative/speculative_options.h"
+#include "speculative/step_cost_model.h"
 #include "speculative/suffix_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -83,6 +84,7 @@ class Generator {
   int last_reused_tokens_ = 0;  // prompt tokens the last prefill took from the cache
   SpeculativeOptions speculation_;
   std::unique_ptr<SuffixCache> suffix_cache_;  // earlier sequences, with kSuffix
+  StepCostModel step_cost_;  // seconds per forward pass, by tokens (how many drafts pay off)
 };
 
 }  // namespace tachyon
