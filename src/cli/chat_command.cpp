@@ -44,8 +44,11 @@ class ChatSession {
         params_(std::move(params)),
         system_(options.system),
         generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
-                   options.model.batch_size, session.cache_type) {
-    generator_.set_speculation(options.speculation.options);
+                   options.model.batch_size, session.cache_type) {}
+
+  // Speculation as the flags ask (the draft model, if any, loaded by the caller).
+  Status speculate(DraftModelRunner* draft) {
+    return generator_.set_speculation(options_.speculation.options, draft);
   }
 
   void run() {
@@ -161,6 +164,12 @@ Status run_chat(ChatOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.params.validate(session.tokenizer->vocabulary_size()));
   TACHYON_ASSIGN_OR_RETURN(ChatTemplate chat_template, session.chat_template());
   ChatSession chat(session, std::move(chat_template), options, options.sampling.params);
+  TACHYON_ASSIGN_OR_RETURN(DraftSession draft, open_draft_model(options.speculation));
+  std::unique_ptr<DraftModelRunner> draft_runner;
+  if (draft.model) {
+    TACHYON_ASSIGN_OR_RETURN(draft_runner, make_draft_runner(draft, session));
+  }
+  TACHYON_RETURN_IF_ERROR(chat.speculate(draft_runner.get()));
   chat.run();
   return Status();
 }

@@ -66,7 +66,12 @@ Status run_generate(GenerateOptions& options) {
 
   Generator generator(*session.model, *session.tokenizer, *session.pool, session.context_size,
                       options.model.batch_size, session.cache_type);
-  generator.set_speculation(options.speculation.options);
+  TACHYON_ASSIGN_OR_RETURN(DraftSession draft, open_draft_model(options.speculation));
+  std::unique_ptr<DraftModelRunner> draft_runner;
+  if (draft.model) {
+    TACHYON_ASSIGN_OR_RETURN(draft_runner, make_draft_runner(draft, session));
+  }
+  TACHYON_RETURN_IF_ERROR(generator.set_speculation(options.speculation.options, draft_runner.get()));
   InterruptGuard interrupt;
   TACHYON_ASSIGN_OR_RETURN(
       GenerationOutput output,

@@ -34,6 +34,7 @@ struct ServeCommandOptions {
 // (which uses the rest) first.
 struct LoadedModel {
   ModelSession session;
+  DraftSession draft;  // --draft-model
   std::optional<ChatTemplate> chat_template;
   std::unique_ptr<Engine> engine;
 };
@@ -51,9 +52,11 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   EngineOptions engine_options = options.engine;
   engine_options.max_context = loaded.session.context_size;
   engine_options.kv_cache_type = loaded.session.cache_type;
+  TACHYON_ASSIGN_OR_RETURN(loaded.draft, open_draft_model(options.speculation));
   TACHYON_ASSIGN_OR_RETURN(loaded.engine,
                            Engine::create(*loaded.session.model, *loaded.session.tokenizer,
-                                          *loaded.session.pool, engine_options));
+                                          *loaded.session.pool, engine_options,
+                                          loaded.draft.ref()));
 
   auto served = std::make_shared<server::ServedModel>();
   served->id = options.serve.model_id;

@@ -1,12 +1,41 @@
 #include "cli/speculation_flags.h"
 
+#include <fmt/format.h>
+
 namespace tachyon::cli {
 
 Status SpeculationFlags::finish() {
   Result<SpeculativeMode> parsed = parse_speculative_mode(mode);
   if (!parsed.ok()) return Status(parsed.status().code(), "--speculative: " + parsed.status().message());
   options.mode = *parsed;
+  if (!draft_model_path.empty() && options.mode == SpeculativeMode::kOff) {
+    options.mode = SpeculativeMode::kDraft;
+  }
+  if (options.mode == SpeculativeMode::kDraft && draft_model_path.empty()) {
+    return invalid_argument("--speculative draft needs --draft-model FILE");
+  }
+  if (options.mode != SpeculativeMode::kDraft && !draft_model_path.empty()) {
+    return invalid_argument(fmt::format("--draft-model is for --speculative draft, not {}", mode));
+  }
   return Status();
+}
+
+Result<DraftSession> open_draft_model(const SpeculationFlags& flags) {
+  DraftSession draft;
+  if (flags.options.mode != SpeculativeMode::kDraft) return draft;
+  TACHYON_ASSIGN_OR_RETURN(draft.files, open_model(flags.draft_model_path));
+  TACHYON_ASSIGN_OR_RETURN(draft.tokenizer, draft.files.load_tokenizer());
+  TACHYON_ASSIGN_OR_RETURN(draft.model, draft.files.load_model());
+  return draft;
+}
+
+Result<std::unique_ptr<DraftModelRunner>> make_draft_runner(DraftSession& draft,
+                                                            const ModelSession& session) {
+  constexpr int kBlockSize = 16;
+  return DraftModelRunner::create(*draft.model, *draft.tokenizer, *session.model,
+                                  *session.tokenizer, *session.pool,
+                                  (session.context_size + kBlockSize - 1) / kBlockSize + 1,
+                                  kBlockSize, session.cache_type);
 }
 
 void add_speculation_flags(CLI::App& command, SpeculationFlags& flags, bool serving) {
@@ -14,10 +43,16 @@ void add_speculation_flags(CLI::App& command, SpeculationFlags& flags, bool serv
                      "Speculative decoding (outputs stay byte-identical): off (default), ngram "
                      "(prompt lookup in the request's own text) or suffix (also earlier "
                      "requests' text, per API key and cache salt)");
+  command.add_option("--draft-model", flags.draft_model_path,
+                     "Draft model for --speculative draft (GGUF file or Hugging Face folder with "
+                     "the same vocabulary, e.g. a lower-bit copy of the model)");
   command
       .add_option("--spec-max-tokens", flags.options.max_draft_tokens,
                   "Most draft tokens verified per sequence and step (default 8)")
       ->check(CLI::Range(1, 64));
+  command.add_flag("!--spec-fixed", flags.options.adaptive,
+                   "Verify --spec-max-tokens guesses every step instead of as many as the measured "
+                   "step costs and acceptance say pay off");
   if (!serving) return;
   command
       .add_option("--spec-max-sequences", flags.options.max_sequences,

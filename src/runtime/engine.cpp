@@ -26,7 +26,8 @@ int64_t available_memory_bytes() {
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokenizer& tokenizer,
-                                               ThreadPool& pool, EngineOptions options) {
+                                               ThreadPool& pool, EngineOptions options,
+                                               DraftModelRef draft) {
   const ModelConfig& config = model.config();
   if (options.block_size <= 0 || options.block_size > 256) {
     return invalid_argument(fmt::format("block size {} is not in 1..256", options.block_size));
@@ -72,9 +73,20 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   max_context = static_cast<int>(std::min<int64_t>(max_context, num_blocks * options.block_size));
   if (max_context < 2) return out_of_range("the KV cache holds fewer than 2 tokens");
 
+  std::unique_ptr<DraftModelRunner> draft_runner;
+  if (options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kDraft) {
+    if (draft.model == nullptr || draft.tokenizer == nullptr) {
+      return invalid_argument("speculative mode 'draft' needs a draft model (--draft-model FILE)");
+    }
+    TACHYON_ASSIGN_OR_RETURN(
+        draft_runner,
+        DraftModelRunner::create(*draft.model, *draft.tokenizer, model, tokenizer, pool,
+                                 static_cast<int>(num_blocks), options.block_size,
+                                 options.kv_cache_type));
+  }
   std::unique_ptr<Engine> engine(new Engine());
   engine->core_ = std::make_unique<EngineCore>(model, tokenizer, pool, options, std::move(cache),
-                                               max_context);
+                                               max_context, std::move(draft_runner));
   engine->thread_ = std::thread([core = engine->core_.get()] { core->run(); });
   return engine;
 }

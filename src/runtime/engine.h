@@ -24,6 +24,13 @@ namespace tachyon {
 
 class EngineCore;
 
+// The draft model of SpeculativeMode::kDraft, with its tokenizer (whose vocabulary must be the
+// model's). Both must outlive the engine.
+struct DraftModelRef {
+  DecoderModel* model = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+};
+
 // Counters and gauges for /metrics, read at any time from any thread.
 struct EngineMetrics {
   int num_running = 0;
@@ -54,8 +61,11 @@ class Engine {
   // requested memory holds no block or cannot be reserved). max_context() is the smaller of
   // the model's context (or options.max_context) and what the whole pool holds, so a request
   // alone always fits.
+  // With options.speculative.mode kDraft, `draft` must name the draft model (it gets a KV
+  // cache of as many blocks as the model's, on top of the model's KV memory).
   static Result<std::unique_ptr<Engine>> create(DecoderModel& model, const Tokenizer& tokenizer,
-                                                ThreadPool& pool, EngineOptions options);
+                                                ThreadPool& pool, EngineOptions options,
+                                                DraftModelRef draft = {});
   ~Engine();  // stops the engine thread; unfinished requests end with kCancelled
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -9,7 +9,8 @@
 namespace tachyon {
 
 EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
-                       EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context)
+                       EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
+                       std::unique_ptr<DraftModelRunner> draft_runner)
     : model_(model),
       tokenizer_(tokenizer),
       pool_(pool),
@@ -29,6 +30,7 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
           }(),
           block_pool_),
       runner_(model, *cache_, pool),
+      draft_runner_(std::move(draft_runner)),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
   metrics_.kv_blocks_total = cache_->num_blocks();
   metrics_.kv_bytes_per_token = static_cast<int64_t>(
@@ -131,8 +133,13 @@ bool EngineCore::take_inbox() {
                             0x9e3779b97f4a7c15ull ^
                         active->request.tenant;
     if (options_.speculative.enabled() && active->request.speculate) {
-      active->proposer = std::make_unique<LookupProposer>(options_.speculative.max_draft_tokens,
-                                                          suffix_cache_.get(), active->partition);
+      if (draft_runner_) {
+        active->model_drafts = true;
+        active->draft_source = DraftSource::kDraft;
+      } else {
+        active->proposer = std::make_unique<LookupProposer>(
+            options_.speculative.max_draft_tokens, suffix_cache_.get(), active->partition);
+      }
     }
     active_.emplace(submission.id, std::move(active));
     scheduler_.add(std::move(request));
@@ -183,6 +190,7 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   }
   if (!output.status.ok()) output.text += active.stop.flush();
   output.finished = true;
+  if (draft_runner_) draft_runner_->release(id);
   const std::shared_ptr<RequestStream> stream = active.stream;
   scheduler_.remove(id);
   active_.erase(found);
@@ -238,8 +246,8 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   if (num_drafts > 0) {
     active.draft_tokens += num_drafts;
     active.accepted_draft_tokens += accepted;
-    active.proposer->observe(num_drafts, accepted);
-    const int source = static_cast<int>(active.proposer->source());
+    active.acceptance.observe(num_drafts, accepted);
+    const int source = static_cast<int>(active.draft_source);
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     metrics_.draft_tokens_total[source] += num_drafts;
     metrics_.accepted_draft_tokens_total[source] += accepted;
@@ -249,18 +257,49 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   return sampled;
 }
 
-void EngineCore::propose(Request& request, Active& active) {
-  if (!active.proposer) return;
-  // Room for the guesses: the context, and max_tokens (the last token is sampled, not guessed).
+int EngineCore::draft_room(const Request& request, const Active& active) const {
   int room = max_context_ - request.num_tokens() - 1;
   if (active.request.sampling.max_tokens) {
     room = std::min(room, *active.request.sampling.max_tokens - active.num_completion_tokens - 1);
   }
-  active.proposer->propose(request.tokens, room, request.draft_tokens);
+  return room;
+}
+
+void EngineCore::propose(Request& request, Active& active) {
+  if (!active.proposer) return;
+  active.proposer->propose(request.tokens, draft_room(request, active), request.draft_tokens);
+  active.draft_source = active.proposer->source();
+}
+
+void EngineCore::propose_with_draft_model(const std::vector<RequestId>& ids) {
+  if (ids.empty() || !scheduler_.may_speculate()) return;  // the next step would not verify
+  std::vector<DraftModelRunner::Job> jobs;
+  std::vector<double> acceptance;
+  for (RequestId id : ids) {
+    Request& request = *scheduler_.find(id);
+    const Active& active = *active_.at(id);
+    jobs.push_back({id, request.tokens, draft_room(request, active), &request.draft_tokens});
+    acceptance.push_back(active.acceptance.value());
+  }
+  const int length =
+      !options_.speculative.adaptive
+          ? options_.speculative.max_draft_tokens
+          : choose_draft_model_length(
+                step_cost_, draft_runner_->pass_seconds(static_cast<int>(ids.size()), step_cost_),
+                scheduler_.num_running(), acceptance, options_.speculative.max_draft_tokens);
+  if (length == 0) return;
+  if (!draft_runner_->propose(jobs, length).ok()) {
+    // Not expected (the draft's inputs are the engine's own); no guesses this step, and the
+    // draft's state for these sequences is rebuilt from scratch next time.
+    for (DraftModelRunner::Job& job : jobs) {
+      job.out->clear();
+      draft_runner_->release(job.id);
+    }
+  }
 }
 
 void EngineCore::size_drafts() {
-  if (!options_.speculative.enabled()) return;
+  if (!options_.speculative.enabled() || !options_.speculative.adaptive) return;
   std::vector<Request*> drafting;
   std::vector<double> acceptance;
   std::vector<int> available;
@@ -272,9 +311,9 @@ void EngineCore::size_drafts() {
       continue;
     }
     ++decoding;
-    if (active->proposer && !request->draft_tokens.empty()) {
+    if (!active->model_drafts && !request->draft_tokens.empty()) {
       drafting.push_back(request);
-      acceptance.push_back(active->proposer->acceptance());
+      acceptance.push_back(active->acceptance.value());
       available.push_back(static_cast<int>(request->draft_tokens.size()));
     }
   }
@@ -320,6 +359,7 @@ void EngineCore::step() {
   }
   scheduler_.on_step_done(output);
   int num_generated = 0;
+  std::vector<RequestId> model_drafting;
   for (Sampled& result : sampled) {
     num_generated += static_cast<int>(result.output.tokens.size());
     if (result.output.finished) {
@@ -328,8 +368,13 @@ void EngineCore::step() {
     }
     Active& active = *active_.at(result.id);
     active.stream->push(std::move(result.output));
-    propose(*scheduler_.find(result.id), active);
+    if (active.model_drafts) {
+      model_drafting.push_back(result.id);
+    } else {
+      propose(*scheduler_.find(result.id), active);
+    }
   }
+  propose_with_draft_model(model_drafting);
   publish_metrics(output.num_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
   metrics_.generation_tokens_total += num_generated;

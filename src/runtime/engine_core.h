@@ -30,12 +30,14 @@
 #include "models/decoder_model.h"
 #include "runtime/engine.h"
 #include "runtime/engine_options.h"
+#include "runtime/draft_model_runner.h"
 #include "runtime/engine_request.h"
 #include "runtime/model_runner.h"
 #include "runtime/request_stream.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "scheduler/scheduler.h"
+#include "speculative/acceptance_rate.h"
 #include "speculative/lookup_proposer.h"
 #include "speculative/step_cost_model.h"
 #include "speculative/suffix_cache.h"
@@ -46,8 +48,10 @@ namespace tachyon {
 
 class EngineCore {
  public:
+  // `draft_runner`: the draft model, for SpeculativeMode::kDraft (else null).
   EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
-             EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context);
+             EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
+             std::unique_ptr<DraftModelRunner> draft_runner = nullptr);
 
   // Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request, std::function<void()> notify);
@@ -79,8 +83,12 @@ class EngineCore {
     double queue_seconds = 0;  // set when first scheduled
     bool scheduled = false;
     int num_completion_tokens = 0;
-    // Speculative decoding: set when on for this request.
+    // Speculative decoding, when on for this request: prompt lookup (proposer) or the draft
+    // model (model_drafts).
     std::unique_ptr<LookupProposer> proposer = nullptr;
+    bool model_drafts = false;
+    AcceptanceRate acceptance = AcceptanceRate();
+    DraftSource draft_source = DraftSource::kNgram;  // of request.draft_tokens
     uint64_t partition = 0;  // its tenant and cache salt: whose suffix-cache text it may see
     int draft_tokens = 0;
     int accepted_draft_tokens = 0;
@@ -98,8 +106,13 @@ class EngineCore {
   // confirm them), appending the tokens to the request and setting item.num_rejected_tokens.
   // `logits_row` is the item's first logits row; advanced past its rows.
   Sampled sample(ScheduledRequest& item, Active& active, int& logits_row);
-  // Guesses the request's next tokens into request.draft_tokens.
+  // Room for guesses after the request's known tokens: the context, and max_tokens (the last
+  // token is sampled, not guessed).
+  int draft_room(const Request& request, const Active& active) const;
+  // Guesses the request's next tokens into request.draft_tokens by prompt lookup.
   void propose(Request& request, Active& active);
+  // The draft model guesses for these continuing requests, together.
+  void propose_with_draft_model(const std::vector<RequestId>& ids);
   // Before scheduling: cuts each decoding request's drafts to the length worth verifying in
   // this step (choose_draft_lengths over the measured step costs).
   void size_drafts();
@@ -124,6 +137,7 @@ class EngineCore {
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
   std::unique_ptr<SuffixCache> suffix_cache_;  // when options_.speculative.mode is kSuffix
   StepCostModel step_cost_;                    // seconds per step, by tokens computed
+  std::unique_ptr<DraftModelRunner> draft_runner_;  // SpeculativeMode::kDraft
   uint64_t next_arrival_ = 0;
 
   // Inbox, shared with other threads.

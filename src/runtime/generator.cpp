@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "speculative/acceptance_rate.h"
 #include "speculative/lookup_proposer.h"
 #include "tokenizer/streaming_detokenizer.h"
 
@@ -43,12 +44,17 @@ std::vector<TokenId> Generator::end_of_generation_tokens(const Vocabulary& vocab
   return ids;
 }
 
-void Generator::set_speculation(const SpeculativeOptions& options) {
+Status Generator::set_speculation(const SpeculativeOptions& options, DraftModelRunner* draft) {
+  if (options.enabled() && options.mode == SpeculativeMode::kDraft && draft == nullptr) {
+    return invalid_argument("speculative mode 'draft' needs a draft model (--draft-model FILE)");
+  }
   speculation_ = options;
+  draft_ = options.mode == SpeculativeMode::kDraft ? draft : nullptr;
   suffix_cache_.reset();
   if (options.enabled() && options.mode == SpeculativeMode::kSuffix) {
     suffix_cache_ = std::make_unique<SuffixCache>(options.suffix_cache_tokens);
   }
+  return Status();
 }
 
 Status Generator::extend(std::span<const TokenId> tokens, int num_logits) {
@@ -110,10 +116,11 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   // Speculation: drafts[i] is the guess for the token after logits_ row i; rows past the
   // first are valid only while the samples equal the guesses before them.
   std::unique_ptr<LookupProposer> proposer;
-  if (speculation_.enabled()) {
+  if (speculation_.enabled() && draft_ == nullptr) {
     proposer = std::make_unique<LookupProposer>(speculation_.max_draft_tokens,
                                                 suffix_cache_.get(), /*partition=*/0);
   }
+  AcceptanceRate acceptance;
   std::vector<TokenId> drafts;
   int row = 0;
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
@@ -148,21 +155,31 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       ++output.drafts;
       output.draft_tokens += static_cast<int>(drafts.size());
       output.accepted_draft_tokens += row;
-      proposer->observe(static_cast<int>(drafts.size()), row);
+      acceptance.observe(static_cast<int>(drafts.size()), row);
     }
     // Positions past the last sampled token held rejected guesses.
     cached_tokens_.resize(context.size() - 1);
     drafts.clear();
     row = 0;
+    // Guesses must fit the cache, one batch, and max_tokens (the last token is sampled).
+    int room = std::min(context_size() - static_cast<int>(context.size()), batch_size_ - 1);
+    if (params.max_tokens) {
+      room = std::min(room, *params.max_tokens - static_cast<int>(output.tokens.size()) - 1);
+    }
     if (proposer) {
-      // Guesses must fit the cache, one batch, and max_tokens (the last token is sampled).
-      int room = std::min(context_size() - static_cast<int>(context.size()), batch_size_ - 1);
-      if (params.max_tokens) {
-        room = std::min(room, *params.max_tokens - static_cast<int>(output.tokens.size()) - 1);
-      }
       proposer->propose(context, room, drafts);
-      drafts.resize(choose_draft_lengths(step_cost_, 1, {proposer->acceptance()},
-                                         {static_cast<int>(drafts.size())})[0]);
+      if (speculation_.adaptive) {
+        drafts.resize(choose_draft_lengths(step_cost_, 1, {acceptance.value()},
+                                           {static_cast<int>(drafts.size())})[0]);
+      }
+    } else if (draft_ != nullptr && room > 0) {
+      const int length =
+          !speculation_.adaptive
+              ? speculation_.max_draft_tokens
+              : choose_draft_model_length(step_cost_, draft_->pass_seconds(1, step_cost_), 1,
+                                          {acceptance.value()}, speculation_.max_draft_tokens);
+      std::vector<DraftModelRunner::Job> jobs = {{0, context, room, &drafts}};
+      if (length > 0) TACHYON_RETURN_IF_ERROR(draft_->propose(jobs, length));
     }
     std::vector<TokenId> verified = context;
     verified.insert(verified.end(), drafts.begin(), drafts.end());

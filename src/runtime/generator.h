@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kv_cache/kv_cache.h"
 #include "models/decoder_model.h"
+#include "runtime/draft_model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "speculative/speculative_options.h"
@@ -53,8 +54,8 @@ class Generator {
   // Speculative decoding for the next generate() calls (off by default). The tokens are the
   // same either way: each draft is checked by sampling its position exactly as a plain step
   // would. With kSuffix the drafts may also come from earlier sequences of this generator
-  // (earlier turns of a chat).
-  void set_speculation(const SpeculativeOptions& options);
+  // (earlier turns of a chat); kDraft needs `draft` (which must outlive the generator).
+  Status set_speculation(const SpeculativeOptions& options, DraftModelRunner* draft = nullptr);
 
   // Computes the prompt only (no sampling) and returns the last position's logits.
   Result<std::span<const float>> prefill(std::span<const TokenId> prompt);
@@ -85,6 +86,7 @@ class Generator {
   SpeculativeOptions speculation_;
   std::unique_ptr<SuffixCache> suffix_cache_;  // earlier sequences, with kSuffix
   StepCostModel step_cost_;  // seconds per forward pass, by tokens (how many drafts pay off)
+  DraftModelRunner* draft_ = nullptr;  // kDraft
 };
 
 }  // namespace tachyon

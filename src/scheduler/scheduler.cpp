@@ -334,6 +334,12 @@ bool Scheduler::may_speculate(int num_decoding) const {
   return waiting_.empty() || static_cast<int>(running_.size()) >= config_.max_running_requests;
 }
 
+bool Scheduler::may_speculate() const {
+  int num_decoding = 0;
+  for (const Request* request : running_) num_decoding += request->num_uncomputed_tokens() == 1;
+  return may_speculate(num_decoding);
+}
+
 void Scheduler::on_step_done(const SchedulerOutput& output) {
   for (const ScheduledRequest& item : output.scheduled) {
     Request* request = item.request;

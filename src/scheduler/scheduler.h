@@ -67,6 +67,9 @@ class Scheduler {
   // prefix cache.
   void on_step_done(const SchedulerOutput& output);
 
+  // Whether a step scheduled now may carry draft tokens (see max_speculative_sequences).
+  bool may_speculate() const;
+
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }

@@ -5,19 +5,25 @@
 namespace tachyon {
 
 const char* draft_source_name(DraftSource source) {
-  return source == DraftSource::kNgram ? "ngram" : "suffix";
+  switch (source) {
+    case DraftSource::kNgram: return "ngram";
+    case DraftSource::kSuffix: return "suffix";
+    case DraftSource::kDraft: return "draft";
+  }
+  return "ngram";
 }
 
 Result<SpeculativeMode> parse_speculative_mode(std::string_view name) {
   if (name == "off") return SpeculativeMode::kOff;
   if (name == "ngram") return SpeculativeMode::kNgram;
   if (name == "suffix") return SpeculativeMode::kSuffix;
-  if (name == "draft" || name == "mtp") {
+  if (name == "draft") return SpeculativeMode::kDraft;
+  if (name == "mtp") {
     return unsupported(fmt::format(
-        "speculative mode '{}' is not available yet; use ngram, suffix or off", name));
+        "speculative mode '{}' is not available yet; use ngram, suffix, draft or off", name));
   }
   return invalid_argument(
-      fmt::format("unknown speculative mode '{}' (expected off, ngram or suffix)", name));
+      fmt::format("unknown speculative mode '{}' (expected off, ngram, suffix or draft)", name));
 }
 
 const char* speculative_mode_name(SpeculativeMode mode) {
@@ -25,6 +31,7 @@ const char* speculative_mode_name(SpeculativeMode mode) {
     case SpeculativeMode::kOff: return "off";
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kSuffix: return "suffix";
+    case SpeculativeMode::kDraft: return "draft";
   }
   return "off";
 }

@@ -14,11 +14,12 @@ enum class SpeculativeMode {
   kOff,
   kNgram,   // prompt lookup in the request's own prompt and output
   kSuffix,  // prompt lookup, then a shared cache of recent requests (per tenant)
+  kDraft,   // a draft model's greedy guesses (the engine or Generator is given the model)
 };
 
 // Where an accepted or rejected draft came from (metrics are kept per source).
-enum class DraftSource { kNgram = 0, kSuffix = 1 };
-inline constexpr int kNumDraftSources = 2;
+enum class DraftSource { kNgram = 0, kSuffix = 1, kDraft = 2 };
+inline constexpr int kNumDraftSources = 3;
 const char* draft_source_name(DraftSource source);
 
 struct SpeculativeOptions {
@@ -30,11 +31,15 @@ struct SpeculativeOptions {
   int max_sequences = 4;
   // Tokens the shared suffix cache keeps (kSuffix).
   int64_t suffix_cache_tokens = int64_t{1} << 20;
+  // How many guesses to verify: true, as many as pay off by the measured step costs and the
+  // sequence's acceptance so far (step_cost_model.h); false, always max_draft_tokens where
+  // there is room and a guess (for measurements, and tests that need drafts to happen).
+  bool adaptive = true;
 
   bool enabled() const { return mode != SpeculativeMode::kOff && max_draft_tokens > 0; }
 };
 
-// "off", "ngram", "suffix"; "draft" and "mtp" are named as not built yet.
+// "off", "ngram", "suffix", "draft"; "mtp" is named as not built yet.
 Result<SpeculativeMode> parse_speculative_mode(std::string_view name);
 const char* speculative_mode_name(SpeculativeMode mode);
 

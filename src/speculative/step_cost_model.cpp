@@ -68,4 +68,29 @@ std::vector<int> choose_draft_lengths(const StepCostModel& cost, int base_tokens
   return lengths;
 }
 
+int choose_draft_model_length(const StepCostModel& target, double draft_pass_seconds,
+                              int base_tokens, const std::vector<double>& acceptance,
+                              int max_tokens) {
+  const int drafting = static_cast<int>(acceptance.size());
+  const int base = std::max(1, base_tokens);
+  if (drafting == 0) return 0;
+  double best_rate = base_tokens / target.seconds(base);
+  int best = 0;
+  std::vector<double> power(acceptance.size(), 1.0);
+  double gain = 0;  // Σ over sequences of p + p^2 + ... + p^k
+  for (int k = 1; k <= max_tokens; ++k) {
+    for (size_t i = 0; i < acceptance.size(); ++i) {
+      power[i] *= std::clamp(acceptance[i], 0.0, 1.0);
+      gain += power[i];
+    }
+    const double seconds = target.seconds(base + drafting * k) + k * draft_pass_seconds;
+    const double rate = (base_tokens + gain) / seconds;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
+}
+
 }  // namespace tachyon

@@ -18,6 +18,10 @@ class StepCostModel {
   void observe(int num_tokens, double seconds);
   // Estimated seconds of a step of `num_tokens` tokens (≥ 1).
   double seconds(int num_tokens) const;
+  // Whether a step of exactly this size was measured.
+  bool measured(int num_tokens) const {
+    return num_tokens >= 1 && num_tokens <= kMaxTokens && seen_[num_tokens];
+  }
 
  private:
   // Per size: the average, and whether any step of that size was seen.
@@ -34,5 +38,13 @@ class StepCostModel {
 std::vector<int> choose_draft_lengths(const StepCostModel& cost, int base_tokens,
                                       const std::vector<double>& acceptance,
                                       const std::vector<int>& available);
+
+// Draft-model speculation: one length for every drafting sequence of a step (the draft model
+// decodes them together, one pass per guess). The length that maximises expected tokens per
+// second, the step costing target.seconds(base_tokens + n k) + k draft_pass_seconds for n
+// drafting sequences; 0 when no length beats not drafting.
+int choose_draft_model_length(const StepCostModel& target, double draft_pass_seconds,
+                              int base_tokens, const std::vector<double>& acceptance,
+                              int max_tokens);
 
 }  // namespace tachyon

@@ -93,13 +93,23 @@ EngineOptions speculative_options(SpeculativeMode mode) {
   return options;
 }
 
+// The default model as its own draft model.
+DraftModelRef self_draft() { return {default_model().model.get(), default_model().tokenizer.get()}; }
+
 std::unique_ptr<Engine> engine_with(SpeculativeMode mode, ThreadPool& pool,
                                     EngineOptions options = EngineOptions()) {
   EngineOptions with = options;
   if (options.kv_cache_bytes == 0) with = speculative_options(mode);
   with.speculative.mode = mode;
   with.speculative.max_draft_tokens = 8;
-  return make_engine(default_model(), pool, with);
+  // The model drafting for itself never pays (the draft costs what the model does), so the
+  // adaptive sizing would never draft: always verify 8 guesses.
+  with.speculative.adaptive = mode != SpeculativeMode::kDraft;
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*default_model().model, *default_model().tokenizer, pool, with,
+                     mode == SpeculativeMode::kDraft ? self_draft() : DraftModelRef());
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
 }
 
 void expect_same_output(const EngineOutput& expected, const EngineOutput& actual,
@@ -132,14 +142,15 @@ std::pair<uint64_t, uint64_t> draft_counts(const Engine& engine) {
   return {drafted, accepted};
 }
 
-// 52 greedy requests, each alone: the same output with prompt lookup and with the suffix
-// cache as without speculation.
+// 52 greedy requests, each alone: the same output with prompt lookup, with the suffix cache
+// and with a draft model (the model itself) as without speculation.
 TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
   ThreadPool pool(2);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> ngram = engine_with(SpeculativeMode::kNgram, pool);
   std::unique_ptr<Engine> suffix = engine_with(SpeculativeMode::kSuffix, pool);
-  ASSERT_TRUE(off && ngram && suffix);
+  std::unique_ptr<Engine> draft = engine_with(SpeculativeMode::kDraft, pool);
+  ASSERT_TRUE(off && ngram && suffix && draft);
   const std::vector<std::string> texts = grounded_texts(52);
   int with_drafts = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -148,15 +159,20 @@ TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
     const EngineOutput expected = run_alone(*off, request);
     ASSERT_TRUE(expected.status.ok()) << expected.status.message();
     EXPECT_EQ(expected.draft_tokens, 0);
-    for (Engine* engine : {ngram.get(), suffix.get()}) {
+    for (Engine* engine : {ngram.get(), suffix.get(), draft.get()}) {
       const EngineOutput actual = run_alone(*engine, request);
       ASSERT_TRUE(actual.status.ok()) << actual.status.message();
       expect_same_output(expected, actual, "prompt " + std::to_string(i));
       if (actual.accepted_draft_tokens > 0) ++with_drafts;
     }
   }
-  EXPECT_GE(with_drafts, 40) << "of 104 runs, too few accepted a draft";
-  for (Engine* engine : {ngram.get(), suffix.get()}) {
+  EXPECT_GE(with_drafts, 80) << "of 156 runs, too few accepted a draft";
+  // The model as its own draft guesses its own greedy tokens: (nearly) all are accepted.
+  const auto [self_drafted, self_accepted] = draft_counts(*draft);
+  EXPECT_GT(self_drafted, 500u);
+  EXPECT_GE(static_cast<double>(self_accepted), 0.98 * self_drafted);
+  EXPECT_GT(settled_metrics(*draft).drafts_total[static_cast<int>(DraftSource::kDraft)], 0u);
+  for (Engine* engine : {ngram.get(), suffix.get(), draft.get()}) {
     const auto [drafted, accepted] = draft_counts(*engine);
     EXPECT_GT(drafted, 0u);
     EXPECT_GT(accepted, drafted / 4) << "acceptance on copy tasks is far too low";
@@ -171,7 +187,8 @@ TEST(SpeculativeEngineTest, SeededSamplingIsUnchanged) {
   ThreadPool pool(2);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kSuffix, pool);
-  ASSERT_TRUE(off && on);
+  std::unique_ptr<Engine> draft = engine_with(SpeculativeMode::kDraft, pool);
+  ASSERT_TRUE(off && on && draft);
   const std::vector<std::string> texts = grounded_texts(20);
   for (size_t i = 0; i < texts.size(); ++i) {
     EngineRequest request;
@@ -187,14 +204,18 @@ TEST(SpeculativeEngineTest, SeededSamplingIsUnchanged) {
     request.sampling.logprobs = true;
     request.sampling.top_logprobs = 3;
     const EngineOutput expected = run_alone(*off, request);
-    const EngineOutput actual = run_alone(*on, request);
-    ASSERT_TRUE(actual.status.ok()) << actual.status.message();
-    expect_same_output(expected, actual, "prompt " + std::to_string(i));
+    for (Engine* engine : {on.get(), draft.get()}) {
+      const EngineOutput actual = run_alone(*engine, request);
+      ASSERT_TRUE(actual.status.ok()) << actual.status.message();
+      expect_same_output(expected, actual, "prompt " + std::to_string(i));
+    }
   }
-  const auto [drafted, accepted] = draft_counts(*on);
-  EXPECT_GT(accepted, 0u);
-  EXPECT_GT(drafted, accepted);  // some drafts were rejected too
-  expect_pool_back_to_full(*on);
+  for (Engine* engine : {on.get(), draft.get()}) {
+    const auto [drafted, accepted] = draft_counts(*engine);
+    EXPECT_GT(accepted, 0u);
+    EXPECT_GT(drafted, accepted);  // some drafts were rejected too (the draft guesses greedily)
+    expect_pool_back_to_full(*engine);
+  }
 }
 
 // 16 requests at once in too little KV memory (preemption and recomputation) with drafts on:
@@ -209,24 +230,27 @@ TEST(SpeculativeEngineTest, BatchWithPreemptionIsUnchanged) {
                                config.num_layers, config.kv_size(), 16, DType::kF16)) * 40;
   options.speculative.max_sequences = 16;  // speculate in every decode step
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool, options);
-  std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kNgram, pool, options);
-  ASSERT_TRUE(off && on);
+  std::unique_ptr<Engine> ngram = engine_with(SpeculativeMode::kNgram, pool, options);
+  std::unique_ptr<Engine> draft = engine_with(SpeculativeMode::kDraft, pool, options);
+  ASSERT_TRUE(off && ngram && draft);
   const std::vector<std::string> texts = grounded_texts(16);
   std::vector<EngineOutput> alone;
   for (const std::string& text : texts) alone.push_back(run_alone(*off, greedy_request(encode(text), 48)));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const std::string& text : texts) {
-    streams.push_back(std::move(on->submit(greedy_request(encode(text), 48))).value());
+  for (Engine* on : {ngram.get(), draft.get()}) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const std::string& text : texts) {
+      streams.push_back(std::move(on->submit(greedy_request(encode(text), 48))).value());
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const EngineOutput together = streams[i]->wait_for_all();
+      ASSERT_TRUE(together.status.ok()) << together.status.message();
+      expect_same_output(alone[i], together, "request " + std::to_string(i));
+    }
+    const EngineMetrics metrics = settled_metrics(*on);
+    EXPECT_GT(metrics.preemptions_total, 0u);
+    EXPECT_GT(draft_counts(*on).second, 0u);
+    expect_pool_back_to_full(*on);
   }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    const EngineOutput together = streams[i]->wait_for_all();
-    ASSERT_TRUE(together.status.ok()) << together.status.message();
-    expect_same_output(alone[i], together, "request " + std::to_string(i));
-  }
-  const EngineMetrics metrics = settled_metrics(*on);
-  EXPECT_GT(metrics.preemptions_total, 0u);
-  EXPECT_GT(draft_counts(*on).second, 0u);
-  expect_pool_back_to_full(*on);
 }
 
 // max_tokens and stop strings that fall inside an accepted draft, and end-of-generation tokens
@@ -362,12 +386,18 @@ TEST(SpeculativeGeneratorTest, OutputsAreUnchanged) {
   ThreadPool pool(2);
   Generator plain(*loaded.model, *loaded.tokenizer, pool, 2048);
   const std::vector<std::string> texts = grounded_texts(12);
-  for (SpeculativeMode mode : {SpeculativeMode::kNgram, SpeculativeMode::kSuffix}) {
+  std::unique_ptr<DraftModelRunner> self_draft =
+      std::move(DraftModelRunner::create(*loaded.model, *loaded.tokenizer, *loaded.model,
+                                         *loaded.tokenizer, pool, 2048 / 16 + 1, 16, DType::kF16))
+          .value();
+  for (SpeculativeMode mode :
+       {SpeculativeMode::kNgram, SpeculativeMode::kSuffix, SpeculativeMode::kDraft}) {
     Generator speculative(*loaded.model, *loaded.tokenizer, pool, 2048);
     SpeculativeOptions options;
     options.mode = mode;
     options.max_draft_tokens = 6;
-    speculative.set_speculation(options);
+    options.adaptive = mode != SpeculativeMode::kDraft;  // a self-draft never pays: force it
+    ASSERT_TRUE(speculative.set_speculation(options, self_draft.get()).ok());
     int accepted = 0, drafted = 0;
     for (size_t i = 0; i < texts.size(); ++i) {
       SamplingParams params;
@@ -406,6 +436,28 @@ TEST(SpeculativeGeneratorTest, OutputsAreUnchanged) {
     EXPECT_GT(accepted, 0);
     EXPECT_GT(drafted, accepted);
   }
+}
+
+// A draft model must share the model's vocabulary: checked when the engine is made, with a
+// message that says what differs; draft mode without a model is refused too.
+TEST(SpeculativeEngineTest, DraftModelVocabularyMustAgree) {
+  const Vocabulary& vocabulary = default_model().tokenizer->vocabulary();
+  Vocabulary other = vocabulary;
+  other.tokens[100] = "something else";
+  Status status = DraftModelRunner::check_vocabularies(other, vocabulary);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("token 100"), std::string::npos) << status.message();
+  other.tokens.pop_back();
+  status = DraftModelRunner::check_vocabularies(other, vocabulary);
+  EXPECT_NE(status.message().find("49151 tokens but the model's has 49152"), std::string::npos)
+      << status.message();
+  EXPECT_TRUE(DraftModelRunner::check_vocabularies(vocabulary, vocabulary).ok());
+  ThreadPool pool(2);
+  EngineOptions options = speculative_options(SpeculativeMode::kDraft);
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*default_model().model, *default_model().tokenizer, pool, options);
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("draft model"), std::string::npos);
 }
 
 }  // namespace
