@@ -91,17 +91,37 @@ def run(client: openai.OpenAI, args: dict) -> tuple:
 
 def test_same_bytes(tachyon: str, model: str | None) -> None:
     common = ["-c", "2048", "--kv-cache-mem", "256MiB"]
+    # The third server drafts with the model itself (guesses that are always right; --spec-fixed
+    # makes it draft although a self-draft never pays).
+    draft_model = model or str(Path.home() / ".cache/tachyon/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     with TachyonServer(tachyon, model, args=common) as off, \
             TachyonServer(tachyon, model, args=common + ["--speculative", "suffix",
-                                                        "--spec-max-tokens", "8"]) as on:
+                                                        "--spec-max-tokens", "8"]) as on, \
+            TachyonServer(tachyon, model, args=common + ["--draft-model", draft_model,
+                                                        "--spec-fixed"]) as draft:
         off_client = openai.OpenAI(base_url=off.v1, api_key="unused", max_retries=0, timeout=300)
         on_client = openai.OpenAI(base_url=on.v1, api_key="unused", max_retries=0, timeout=300)
         model_id = off_client.models.list().data[0].id
-        differing = []
+        draft_client = openai.OpenAI(base_url=draft.v1, api_key="unused", max_retries=0,
+                                     timeout=300)
+        differing, differing_draft = [], []
         for what, args in requests_for(model_id):
-            if run(off_client, args) != run(on_client, args):
+            expected = run(off_client, args)
+            if run(on_client, args) != expected:
                 differing.append(what)
+            if run(draft_client, args) != expected:
+                differing_draft.append(what)
         check("every answer is byte-identical with --speculative suffix", not differing, differing)
+        check("every answer is byte-identical with --draft-model", not differing_draft,
+              differing_draft)
+        draft_values = spec_metrics(draft.url)
+        # Its guesses are the model's greedy tokens: the greedy requests accept them all, the
+        # sampled ones (temperature 0.8) only some.
+        check("/metrics counts the draft model's drafts, most accepted",
+              total(draft_values, "tachyon:spec_decode_num_draft_tokens_total") > 0 and
+              total(draft_values, "tachyon:spec_decode_num_accepted_tokens_total") >=
+              0.5 * total(draft_values, "tachyon:spec_decode_num_draft_tokens_total"),
+              draft_values)
         values = spec_metrics(on.url)
         info(f"spec metrics: {values}")
         drafted = total(values, "tachyon:spec_decode_num_draft_tokens_total")
@@ -144,12 +164,18 @@ def http_post_json(url: str, body: dict) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-def test_flag_errors(tachyon: str) -> None:
-    for mode, expected in (("draft", "not available yet"), ("mtp", "not available yet"),
-                           ("bogus", "unknown speculative mode")):
-        result = subprocess.run([tachyon, "generate", "-p", "hi", "--speculative", mode],
+def test_flag_errors(tachyon: str, tiny_models: str) -> None:
+    for flags, expected in ((["--speculative", "draft"], "needs --draft-model"),
+                            (["--speculative", "mtp"], "not available yet"),
+                            (["--speculative", "bogus"], "unknown speculative mode"),
+                            (["--speculative", "ngram", "--draft-model", "x.gguf"],
+                             "--draft-model is for --speculative draft"),
+                            (["--draft-model", "/nonexistent.gguf"], "/nonexistent.gguf"),
+                            (["--draft-model", str(Path(tiny_models) / "llama_gqa.f32.gguf")],
+                             "must share the model's vocabulary")):
+        result = subprocess.run([tachyon, "generate", "-p", "hi", *flags],
                                 capture_output=True, text=True, timeout=60)
-        check(f"--speculative {mode}: exit 1 and a clear message",
+        check(f"{' '.join(flags)}: exit 1 and a clear message",
               result.returncode == 1 and expected in result.stderr, result.stderr.strip())
 
 
@@ -157,9 +183,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tachyon", default=str(ROOT / "build" / "tachyon"))
     parser.add_argument("--model", help="GGUF file (default: tachyon's default model)")
+    parser.add_argument("--tiny-models", default=str(ROOT / "build/tests/models/tiny_models"),
+                        help="folder of the tiny test models (another vocabulary)")
     args = parser.parse_args()
     section("same bytes", test_same_bytes, args.tachyon, args.model)
-    section("flag errors", test_flag_errors, args.tachyon)
+    section("flag errors", test_flag_errors, args.tachyon, args.tiny_models)
     return exit_status()
 
 
