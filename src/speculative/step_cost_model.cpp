@@ -5,34 +5,58 @@
 namespace tachyon {
 
 void StepCostModel::observe(int num_tokens, double seconds) {
-  if (num_tokens < 1 || num_tokens > kMaxTokens || !(seconds > 0)) return;
+  if (num_tokens < 1 || !(seconds > 0)) return;
+  num_tokens = std::min(num_tokens, kMaxTokens);
   // A short memory (weight 1/8): the machine's speed drifts (other tenants, frequency).
   double& average = average_[num_tokens];
-  average = seen_[num_tokens] ? average + (seconds - average) / 8 : seconds;
-  seen_[num_tokens] = true;
+  average = count_[num_tokens] > 0 ? average + (seconds - average) / 8 : seconds;
+  count_[num_tokens] = std::min(count_[num_tokens] + 1, 16);
+}
+
+double StepCostModel::local_estimate(int num_tokens) const {
+  auto prior_shape = [](int n) { return std::max(1.0, n / 4.0); };
+  // Weighted least squares of average against size over the measured sizes nearby; a size
+  // seen c times weighs c^2, so that a size seen once barely moves a line through sizes seen
+  // often.
+  const int low = std::max(1, num_tokens / 2);
+  const int high = std::min(kMaxTokens, 2 * num_tokens + 2);
+  double weight = 0, sum_x = 0, sum_y = 0, sum_xx = 0, sum_xy = 0;
+  int sizes = 0;
+  for (int n = low; n <= high; ++n) {
+    if (count_[n] == 0) continue;
+    const double w = static_cast<double>(count_[n]) * count_[n];
+    weight += w;
+    sum_x += w * n;
+    sum_y += w * average_[n];
+    sum_xx += w * n * n;
+    sum_xy += w * n * average_[n];
+    ++sizes;
+  }
+  if (sizes >= 2) {
+    const double mean_x = sum_x / weight;
+    const double mean_y = sum_y / weight;
+    const double slope = std::max(0.0, (sum_xy - weight * mean_x * mean_y) /
+                                           (sum_xx - weight * mean_x * mean_x));
+    return std::max(mean_y + slope * (num_tokens - mean_x), 1e-9);
+  }
+  // The nearest measured size, scaled by the prior's shape.
+  int nearest = 0;
+  for (int n = 1; n <= kMaxTokens; ++n) {
+    if (count_[n] > 0 &&
+        (nearest == 0 || std::abs(n - num_tokens) < std::abs(nearest - num_tokens))) {
+      nearest = n;
+    }
+  }
+  if (nearest == 0) return 1e-3 * prior_shape(num_tokens);
+  return average_[nearest] * prior_shape(num_tokens) / prior_shape(nearest);
 }
 
 double StepCostModel::seconds(int num_tokens) const {
-  num_tokens = std::max(1, num_tokens);
-  const int size = std::min(num_tokens, kMaxTokens);
-  if (seen_[size] && num_tokens == size) return average_[size];
-  // The nearest measured sizes below and above.
-  int below = size;
-  while (below >= 1 && !seen_[below]) --below;
-  int above = size;
-  while (above <= kMaxTokens && !seen_[above]) ++above;
-  if (below < 1 && above > kMaxTokens) {
-    return 1e-3 * std::max(1.0, num_tokens / 4.0);  // nothing measured yet: the prior's shape
-  }
-  if (below < 1) return average_[above];  // smaller steps cost no more than larger ones
-  if (above > kMaxTokens || num_tokens > size) {
-    // Past the largest measurement: no cheaper per token than there, and never cheaper than
-    // the prior's proportional growth beyond 4 tokens.
-    const double measured = average_[below];
-    return measured * std::max(1.0, num_tokens / std::max(4.0, static_cast<double>(below)));
-  }
-  const double t = static_cast<double>(size - below) / (above - below);
-  return average_[below] + t * (average_[above] - average_[below]);
+  // More tokens never cost less: the largest local estimate up to this size.
+  const int size = std::clamp(num_tokens, 1, kMaxTokens);
+  double estimate = 0;
+  for (int n = 1; n <= size; ++n) estimate = std::max(estimate, local_estimate(n));
+  return num_tokens > kMaxTokens ? estimate * num_tokens / kMaxTokens : estimate;
 }
 
 std::vector<int> choose_draft_lengths(const StepCostModel& cost, int base_tokens,

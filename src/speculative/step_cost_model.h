@@ -1,32 +1,39 @@
-// What a forward pass costs as a function of how many tokens it computes, learned from the
-// passes actually run: a moving average of the seconds of steps of each size. Speculative
-// decoding decides with it how many draft tokens pay off: on a memory-bound decode the first
-// few extra tokens cost almost nothing (the weights are read once either way), and past the
-// point where compute takes over each costs its full share. The curve differs per machine and
-// model, so it is measured, not assumed; before any measurement a step of n tokens is taken to
-// cost as much as one of a single token up to 4 tokens and proportionally more after.
 #pragma once
 
 #include <vector>
 
 namespace tachyon {
 
+// What a forward pass costs as a function of how many tokens it computes, learned from the
+// passes actually run. Speculative decoding decides with it how many draft tokens pay off: on
+// a memory-bound decode the first few extra tokens cost little (the weights are read once
+// either way), and past the point where compute takes over each costs its full share. The
+// curve differs per machine and model, so it is measured: per step size a moving average of
+// the seconds; the estimate for size n is the least-squares line through the averages of the
+// measured sizes near it (n/2 .. 2n + 2), each weighted by the square of how often it was seen
+// (counted up to 16), and never less than the estimate for a smaller size.
+// A local line rather than the averages themselves: one slow step of a size that is then never
+// tried again would otherwise keep it looking expensive forever, and the line extends to sizes
+// not tried yet. With fewer than two sizes nearby, the nearest measurement scaled by the
+// prior's shape; with none at all the prior: a step of n tokens costs as much as one token up
+// to 4 tokens and proportionally more after.
 class StepCostModel {
  public:
-  static constexpr int kMaxTokens = 128;  // sizes beyond are extrapolated
+  static constexpr int kMaxTokens = 128;  // bigger steps count as this size (proportionally)
 
   void observe(int num_tokens, double seconds);
   // Estimated seconds of a step of `num_tokens` tokens (≥ 1).
   double seconds(int num_tokens) const;
   // Whether a step of exactly this size was measured.
   bool measured(int num_tokens) const {
-    return num_tokens >= 1 && num_tokens <= kMaxTokens && seen_[num_tokens];
+    return num_tokens >= 1 && num_tokens <= kMaxTokens && count_[num_tokens] > 0;
   }
 
  private:
-  // Per size: the average, and whether any step of that size was seen.
-  double average_[kMaxTokens + 1] = {};
-  bool seen_[kMaxTokens + 1] = {};
+  double local_estimate(int num_tokens) const;
+
+  double average_[kMaxTokens + 1] = {};  // by size
+  int count_[kMaxTokens + 1] = {};       // observations, up to 16
 };
 
 // How many draft tokens to verify for each candidate sequence in a step that already computes
