@@ -16,11 +16,13 @@
 
 #include "cli/commands.h"
 #include "cli/model_session.h"
+#include "cli/speculation_flags.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/bandwidth_probe.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 
 namespace tachyon::cli {
 namespace {
@@ -37,6 +39,8 @@ struct BenchOptions {
   int parallel_gen = 64;
   bool roofline = true;  // measure memory bandwidth and print the decode roofline
   bool json = false;
+  // --speculative: the copy tests (and the batched test) speculate.
+  SpeculationFlags speculation;
 };
 
 struct Measurement {
@@ -44,7 +48,19 @@ struct Measurement {
   double mean = 0;
   double stddev = 0;
   std::vector<double> samples;  // tokens/s of each repetition
+  boost::json::object speculative;  // copy tests with speculation: drafts and acceptance
 };
+
+// The speculation counts of a run, as `generate --json` and /metrics report them.
+boost::json::object speculation_counts(const char* mode, int64_t drafts, int64_t draft_tokens,
+                                       int64_t accepted) {
+  return {{"mode", mode},
+          {"drafts", drafts},
+          {"draft_tokens", draft_tokens},
+          {"accepted_draft_tokens", accepted},
+          {"acceptance_rate", draft_tokens > 0 ? static_cast<double>(accepted) / draft_tokens : 0.0},
+          {"mean_accepted_length", drafts > 0 ? static_cast<double>(accepted) / drafts : 0.0}};
+}
 
 Measurement summarize(std::string test, const std::vector<double>& rates) {
   Measurement m;
@@ -78,8 +94,11 @@ double decode_bytes_per_token(const DecoderModel& model, double context, DType c
   return total;
 }
 
-Status run_bench(const BenchOptions& options) {
+Status run_bench(BenchOptions& options) {
+  TACHYON_RETURN_IF_ERROR(options.speculation.finish());
+  const bool speculate = options.speculation.options.enabled();
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  TACHYON_ASSIGN_OR_RETURN(DraftSession draft, open_draft_model(options.speculation));
   DecoderModel& model = *session.model;
   const int needed = std::max({options.prompt_tokens, options.generated_tokens, 1});
   if (needed > model.config().context_length) {
@@ -204,8 +223,56 @@ Status run_bench(const BenchOptions& options) {
     results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), generation_rates));
   }
 
+  // Speculation: copyN generates N greedy tokens through the Generator after a prompt of 64
+  // random tokens said three times (a copy task: what comes next is in the prompt), and
+  // copyN_MODE the same with --speculative MODE; the tokens are the same, only the speed
+  // differs.
+  if (speculate && options.generated_tokens > 0) {
+    std::vector<TokenId> prompt;
+    for (int i = 0; i < 64; ++i) prompt.push_back(random_token(rng));
+    for (int copy = 0; copy < 2; ++copy) {
+      for (int i = 0; i < 64; ++i) prompt.push_back(prompt[i]);
+    }
+    SamplingParams params;
+    params.temperature = 0;
+    params.ignore_eos = true;
+    params.max_tokens = options.generated_tokens;
+    std::unique_ptr<DraftModelRunner> draft_runner;
+    if (draft.model) {
+      TACHYON_ASSIGN_OR_RETURN(draft_runner, make_draft_runner(draft, session));
+    }
+    for (const bool on : {false, true}) {
+      const int context = static_cast<int>(prompt.size()) + options.generated_tokens + 1;
+      Generator generator(model, *session.tokenizer, *session.pool, context,
+                          options.model.batch_size, session.cache_type);
+      SpeculativeOptions speculation = options.speculation.options;
+      if (!on) speculation.mode = SpeculativeMode::kOff;
+      TACHYON_RETURN_IF_ERROR(generator.set_speculation(speculation, draft_runner.get()));
+      std::vector<double> rates;
+      int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+      for (int r = 0; r <= options.repetitions; ++r) {  // the first is the warm-up
+        generator.forget_cache();
+        TACHYON_ASSIGN_OR_RETURN(GenerationOutput output,
+                                 generator.generate(prompt, params, [](std::string_view) {}));
+        if (r == 0) continue;
+        rates.push_back((output.tokens.size() - 1) / output.generation_seconds);
+        drafts += output.drafts;
+        draft_tokens += output.draft_tokens;
+        accepted += output.accepted_draft_tokens;
+      }
+      const std::string mode = speculative_mode_name(options.speculation.options.mode);
+      Measurement m = summarize(
+          on ? fmt::format("copy{}_{}", options.generated_tokens, mode)
+             : fmt::format("copy{}", options.generated_tokens),
+          rates);
+      if (on) m.speculative = speculation_counts(mode.c_str(), drafts, draft_tokens, accepted);
+      results.push_back(std::move(m));
+    }
+  }
+
   if (options.parallel > 0) {
     EngineOptions engine_options;
+    engine_options.speculative = options.speculation.options;
     engine_options.kv_cache_type = session.cache_type;
     // Enough blocks for every sequence, and no prefix reuse between repetitions.
     engine_options.kv_cache_bytes = static_cast<int64_t>(
@@ -218,7 +285,7 @@ Status run_bench(const BenchOptions& options) {
         std::max(engine_options.max_running_requests, options.parallel);
     TACHYON_ASSIGN_OR_RETURN(
         std::unique_ptr<Engine> engine,
-        Engine::create(model, *session.tokenizer, *session.pool, engine_options));
+        Engine::create(model, *session.tokenizer, *session.pool, engine_options, draft.ref()));
     TACHYON_RETURN_IF_ERROR(time_parallel(*engine).status());
     std::vector<double> decode_rates;
     std::vector<double> end_to_end_rates;
@@ -229,6 +296,18 @@ Status run_bench(const BenchOptions& options) {
     }
     results.push_back(summarize(fmt::format("batched{}", options.parallel), decode_rates));
     results.push_back(summarize(fmt::format("batched{}_e2e", options.parallel), end_to_end_rates));
+    if (speculate) {
+      const EngineMetrics metrics = engine->metrics();
+      int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+      for (int s = 0; s < kNumDraftSources; ++s) {
+        drafts += metrics.drafts_total[s];
+        draft_tokens += metrics.draft_tokens_total[s];
+        accepted += metrics.accepted_draft_tokens_total[s];
+      }
+      results[results.size() - 2].speculative = speculation_counts(
+          speculative_mode_name(options.speculation.options.mode), drafts, draft_tokens,
+          accepted);
+    }
   }
 
   // The decode roofline: measured read bandwidth / bytes per decoded token.
@@ -263,10 +342,12 @@ Status run_bench(const BenchOptions& options) {
     boost::json::array out;
     for (const Measurement& m : results) {
       boost::json::array samples(m.samples.begin(), m.samples.end());
-      out.push_back({{"test", m.test},
-                     {"tokens_per_second", m.mean},
-                     {"stddev", m.stddev},
-                     {"samples", std::move(samples)}});
+      boost::json::object entry{{"test", m.test},
+                                {"tokens_per_second", m.mean},
+                                {"stddev", m.stddev},
+                                {"samples", std::move(samples)}};
+      if (!m.speculative.empty()) entry["speculative"] = m.speculative;
+      out.push_back(std::move(entry));
     }
     if (roofline) {
       out.push_back({{"test", "roofline"},
@@ -286,7 +367,14 @@ Status run_bench(const BenchOptions& options) {
   std::printf("families %s\n", kernels::describe_family_levels().c_str());
   std::printf("%-8s %18s\n", "test", "tokens/s");
   for (const Measurement& m : results) {
-    std::printf("%-8s %10.2f ± %5.2f\n", m.test.c_str(), m.mean, m.stddev);
+    std::printf("%-8s %10.2f ± %5.2f", m.test.c_str(), m.mean, m.stddev);
+    if (!m.speculative.empty()) {
+      std::printf("   (drafts: %.0f%% of %lld guessed tokens accepted, %.2f per draft)",
+                  100 * m.speculative.at("acceptance_rate").as_double(),
+                  static_cast<long long>(m.speculative.at("draft_tokens").as_int64()),
+                  m.speculative.at("mean_accepted_length").as_double());
+    }
+    std::printf("\n");
   }
   if (roofline) {
     if (roofline->probes > 0) {
@@ -342,6 +430,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   command->add_flag("!--no-roofline", options->roofline,
                     "Skip the memory-bandwidth probe and the decode roofline it gives");
+  add_speculation_flags(*command, options->speculation);
   command->add_flag("--json", options->json,
                     "Print a JSON list of {test, tokens_per_second, stddev, samples} (and a "
                     "roofline entry)");

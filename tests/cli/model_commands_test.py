@@ -168,6 +168,27 @@ def main() -> int:
         report = json.loads(result.stdout) if result.returncode == 0 else []
         check("bench --no-roofline: only pp and tg",
               [r["test"] for r in report] == ["pp16", "tg4"], result.stdout + result.stderr)
+        # Speculation: the copy test with and without it, and the drafts' counts (the default
+        # model copies the repeated prompt, so guesses are made and most are accepted).
+        result = run(t, "bench", "-p", "0", "-n", "32", "-r", "1", "--json", "--no-roofline",
+                     "--speculative", "ngram")
+        report = json.loads(result.stdout) if result.returncode == 0 else []
+        spec = report[-1].get("speculative", {}) if report else {}
+        check("bench --speculative ngram: copy32 and copy32_ngram with the draft counts",
+              [r["test"] for r in report] == ["tg32", "copy32", "copy32_ngram"] and
+              spec.get("draft_tokens", 0) > 0 and
+              0 < spec.get("accepted_draft_tokens", 0) <= spec["draft_tokens"] and
+              spec.get("mode") == "ngram", result.stdout + result.stderr)
+        result = run(t, "generate", "-p", "one two three four one two three four one two",
+                     "-n", "12", "--temp", "0", "--json", "--speculative", "ngram")
+        report = json.loads(result.stdout) if result.returncode == 0 else {}
+        plain = run(t, "generate", "-p", "one two three four one two three four one two",
+                    "-n", "12", "--temp", "0", "--json")
+        plain_report = json.loads(plain.stdout) if plain.returncode == 0 else {}
+        check("generate --json --speculative ngram: the same ids, and the draft counts",
+              report.get("completion_ids") == plain_report.get("completion_ids") and
+              report.get("speculative", {}).get("draft_tokens", 0) > 0,
+              result.stdout + result.stderr)
 
         # Bad input: one clear line, non-zero exit, never a crash.
         expect_error(t, "an empty prompt", ["generate", "-p", ""],
