@@ -17,9 +17,13 @@ each in turn):
 - C concurrent closed-loop streams (each C of --concurrency) over the grounded prompts, each
   client sending --requests-per-client requests: total output tokens / wall time;
 - the server's /metrics draft counters (acceptance, mean accepted length).
-llama.cpp: the same chat prompts, one at a time, through llama-cpp-python (.peers/venv, built
-by bench/build_llama_server.sh) with and without LlamaPromptLookupDecoding (num_pred_tokens 2,
-the binding's advice for CPUs, and 10, its default).
+Draft model rows: --draft-target (default: the default model as F16, from
+tools/make_model_variant.py --type F16) served alone and with --draft-model (default: the
+default Q4_1 file), the same prompts.
+llama.cpp: the same chat prompts, one at a time, through llama-cpp-python (its sdist's package
+with llama.cpp built natively by bench/build_llama_server.sh, imported from .peers/venv; both
+made here when missing) with and without LlamaPromptLookupDecoding (num_pred_tokens 2, the
+binding's advice for CPUs, and 10, its default).
 """
 from __future__ import annotations
 
@@ -112,18 +116,18 @@ def spec_counters(url: str) -> dict:
     return counters
 
 
-def run_tachyon(args, modes: list[str], prompts: dict) -> dict:
-    """Every mode's server runs at once (an idle server takes no CPU) and each prompt goes to
-    every server in turn, so that the machine's drifting speed hits all modes alike."""
+def run_tachyon(args, model_path: str, modes: dict[str, list[str]], prompts: dict) -> dict:
+    """`modes`: name -> the server's speculation flags. Every mode's server runs at once (an
+    idle server takes no CPU) and each prompt goes to every server in turn, so that the
+    machine's drifting speed hits all modes alike."""
     results = {mode: {"mode": mode} for mode in modes}
     with contextlib.ExitStack() as stack:
         servers = {}
-        for mode in modes:
-            server_args = ["-t", str(args.threads), "-c", "4096", "--max-running", "64",
-                           "--speculative", mode]
+        for mode, flags in modes.items():
+            server_args = ["-t", str(args.threads), "-c", "4096", "--max-running", "64", *flags]
             servers[mode] = stack.enter_context(
-                TachyonServer(args.tachyon, args.model, args=server_args, quiet=True))
-        with httpx.Client(base_url=servers["off"].url, timeout=60) as client:
+                TachyonServer(args.tachyon, model_path, args=server_args, quiet=True))
+        with httpx.Client(base_url=next(iter(servers.values())).url, timeout=60) as client:
             model = client.get("/v1/models").json()["data"][0]["id"]
         for mode, server in servers.items():  # warm-up: page the weights in, grow the buffers
             asyncio.run(one_at_a_time(server.url, model, prompts["open"][:2], 16))
@@ -180,9 +184,22 @@ print(json.dumps(out))
 """
 
 
-def run_llamacpp(args, pred: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / ".peers/llama-server/src"),
-               LLAMA_CPP_LIB_PATH=str(ROOT / ".peers/llama-server/build/bin"))
+def llamacpp_environment() -> dict[str, str]:
+    """llama-cpp-python's package from its sdist and llama.cpp's libraries built natively
+    (bench/build_llama_server.sh, ~25 min the first time), with .peers/venv for its imports."""
+    python = ROOT / ".peers/venv/bin/python"
+    if not python.exists():
+        subprocess.run(["python3", "-m", "venv", str(python.parent.parent)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "numpy", "diskcache",
+                        "jinja2", "typing_extensions"], check=True)
+    built = subprocess.run([str(ROOT / "bench/build_llama_server.sh")], capture_output=True,
+                           text=True, check=True, cwd=ROOT)
+    library = Path(built.stdout.strip().splitlines()[-1]).parent
+    return dict(os.environ, PYTHONPATH=str(ROOT / ".peers/llama-server/src"),
+                LLAMA_CPP_LIB_PATH=str(library))
+
+
+def run_llamacpp(args, pred: int, env: dict[str, str]) -> dict:
     output = subprocess.run(
         [str(ROOT / ".peers/venv/bin/python"), "-c", LLAMACPP_SCRIPT, args.model,
          str(args.threads), str(args.max_tokens), str(pred), str(PROMPTS)],
@@ -195,7 +212,14 @@ def main() -> int:
     parser.add_argument("--tachyon", default=str(ROOT / "build" / "tachyon"))
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--modes", default="off,ngram,suffix")
+    parser.add_argument("--modes", default="off,ngram,suffix",
+                        help="prompt-lookup modes on --model (off is always run)")
+    parser.add_argument("--draft-target", default=str(DEFAULT_MODEL.with_name(
+        "SmolLM2-135M-Instruct.F16-from-Q4_1.gguf")),
+                        help="the target of the draft-model rows (tools/make_model_variant.py "
+                             "--type F16 writes the default one); '' skips them")
+    parser.add_argument("--draft-model", default=str(DEFAULT_MODEL),
+                        help="the draft model for --draft-target")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", default="4,32")
     parser.add_argument("--requests-per-client", type=int, default=2)
@@ -204,35 +228,47 @@ def main() -> int:
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     prompts = json.loads(PROMPTS.read_text())
-    modes = args.modes.split(",")
-    if modes[0] != "off":
-        modes.insert(0, "off")
-    results = run_tachyon(args, modes, prompts)
+    modes = {"off": ["--speculative", "off"]}
+    for mode in args.modes.split(","):
+        modes[mode] = ["--speculative", mode]
+    results = run_tachyon(args, args.model, modes, prompts)
+    draft_results = {}
+    if args.draft_target:
+        draft_results = run_tachyon(args, args.draft_target,
+                                    {"off": ["--speculative", "off"],
+                                     "draft": ["--draft-model", args.draft_model]}, prompts)
     peers = {}
     if not args.skip_llamacpp:
+        env = llamacpp_environment()
         for pred in (0, 2, 10):
-            peers[pred] = run_llamacpp(args, pred)
+            peers[pred] = run_llamacpp(args, pred, env)
     if args.json:
-        print(json.dumps({"tachyon": results, "llamacpp": peers}))
+        print(json.dumps({"tachyon": results, "draft": draft_results, "llamacpp": peers}))
         return 0
 
-    base = results["off"]
-    print(f"model {Path(args.model).name}, {args.threads} threads, {args.max_tokens} tokens per "
-          f"answer, greedy, chat template, one request at a time unless noted\n")
-    print("| tachyon | grounded tok/s | vs off | open-ended tok/s | vs off | acceptance | "
+    print(f"{args.threads} threads, {args.max_tokens} tokens per answer, greedy, chat template, "
+          f"one request at a time unless noted\n")
+    print("| model | tachyon | grounded tok/s | vs off | open-ended tok/s | vs off | acceptance | "
           "mean accepted | answers differing from off |")
-    print("|---|---|---|---|---|---|---|---|")
-    for mode, r in results.items():
-        differing = sum(a != b for name in ("grounded", "open")
-                        for a, b in zip(r[name + "_texts"], base[name + "_texts"]))
-        print(f"| {mode} | {r['grounded']:.1f} | {r['grounded'] / base['grounded']:.2f}x | "
-              f"{r['open']:.1f} | {r['open'] / base['open']:.2f}x | {r['acceptance']:.2f} | "
-              f"{r['mean_accepted_length']:.2f} | {differing} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for path, table in ((args.model, results), (args.draft_target, draft_results)):
+        if not table:
+            continue
+        base = table["off"]
+        for mode, r in table.items():
+            differing = sum(a != b for name in ("grounded", "open")
+                            for a, b in zip(r[name + "_texts"], base[name + "_texts"]))
+            print(f"| {Path(path).name} | {mode} | {r['grounded']:.1f} | "
+                  f"{r['grounded'] / base['grounded']:.2f}x | {r['open']:.1f} | "
+                  f"{r['open'] / base['open']:.2f}x | {r['acceptance']:.2f} | "
+                  f"{r['mean_accepted_length']:.2f} | {differing} |")
+    base = results["off"]
     for clients in args.concurrency:
         key = f"streams{clients}"
         cells = " | ".join(f"{mode} {r[key]:.1f} ({r[key] / base[key]:.2f}x)"
                            for mode, r in results.items())
-        print(f"\n{clients} concurrent streams (grounded), output tok/s: {cells}")
+        print(f"\n{clients} concurrent streams (grounded, {Path(args.model).name}), output tok/s: "
+              f"{cells}")
     if peers:
         print("\n| llama.cpp | grounded tok/s | vs off | open-ended tok/s | vs off |")
         print("|---|---|---|---|---|")
