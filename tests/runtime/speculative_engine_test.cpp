@@ -24,6 +24,10 @@ using testing_util::make_engine;
 using testing_util::run_alone;
 using testing_util::settled_metrics;
 
+// One thread: outputs are the same bits at any thread count, and ctest runs other tests beside
+// these (two spinning threads per process on a 2-core machine slow both down several times).
+constexpr int kThreads = 1;
+
 struct LoadedModel {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -145,7 +149,7 @@ std::pair<uint64_t, uint64_t> draft_counts(const Engine& engine) {
 // 52 greedy requests, each alone: the same output with prompt lookup, with the suffix cache
 // and with a draft model (the model itself) as without speculation.
 TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> ngram = engine_with(SpeculativeMode::kNgram, pool);
   std::unique_ptr<Engine> suffix = engine_with(SpeculativeMode::kSuffix, pool);
@@ -184,7 +188,7 @@ TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
 // Seeded sampling with every processor on (temperature, top-p, penalties, logit bias) and
 // logprobs: the same tokens, draws and logprobs with speculation as without.
 TEST(SpeculativeEngineTest, SeededSamplingIsUnchanged) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kSuffix, pool);
   std::unique_ptr<Engine> draft = engine_with(SpeculativeMode::kDraft, pool);
@@ -221,7 +225,7 @@ TEST(SpeculativeEngineTest, SeededSamplingIsUnchanged) {
 // 16 requests at once in too little KV memory (preemption and recomputation) with drafts on:
 // each gives what it gives alone without speculation.
 TEST(SpeculativeEngineTest, BatchWithPreemptionIsUnchanged) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   const ModelConfig& config = default_model().model->config();
   EngineOptions options;
   options.max_batch_tokens = 64;
@@ -257,7 +261,7 @@ TEST(SpeculativeEngineTest, BatchWithPreemptionIsUnchanged) {
 // proposed by the lookup itself: the output ends exactly where it ends without speculation,
 // and the streamed deltas add up to the same text.
 TEST(SpeculativeEngineTest, StopsInsideDraftsAndStreamsTheSameText) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kNgram, pool);
   ASSERT_TRUE(off && on);
@@ -312,7 +316,7 @@ TEST(SpeculativeEngineTest, StopsInsideDraftsAndStreamsTheSameText) {
 // After rejected drafts the pool and the prefix cache hold what they hold without
 // speculation: the same cached blocks, and a follow-up turn finds the same prefix.
 TEST(SpeculativeEngineTest, RejectedDraftsLeaveThePoolAndPrefixCacheAsWithout) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kNgram, pool);
   ASSERT_TRUE(off && on);
@@ -343,7 +347,7 @@ TEST(SpeculativeEngineTest, RejectedDraftsLeaveThePoolAndPrefixCacheAsWithout) {
 // The suffix cache proposes a tenant's earlier text back to that tenant only (and only under
 // the same cache salt); a request may opt out of speculation.
 TEST(SpeculativeEngineTest, SuffixCacheNeverCrossesTenants) {
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kSuffix, pool);
   std::unique_ptr<Engine> off = engine_with(SpeculativeMode::kOff, pool);
   ASSERT_TRUE(on && off);
@@ -383,7 +387,7 @@ TEST(SpeculativeEngineTest, SuffixCacheNeverCrossesTenants) {
 // the next prompt (a chat's next turn).
 TEST(SpeculativeGeneratorTest, OutputsAreUnchanged) {
   LoadedModel& loaded = default_model();
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   Generator plain(*loaded.model, *loaded.tokenizer, pool, 2048);
   const std::vector<std::string> texts = grounded_texts(12);
   std::unique_ptr<DraftModelRunner> self_draft =
@@ -452,7 +456,7 @@ TEST(SpeculativeEngineTest, DraftModelVocabularyMustAgree) {
   EXPECT_NE(status.message().find("49151 tokens but the model's has 49152"), std::string::npos)
       << status.message();
   EXPECT_TRUE(DraftModelRunner::check_vocabularies(vocabulary, vocabulary).ok());
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   EngineOptions options = speculative_options(SpeculativeMode::kDraft);
   Result<std::unique_ptr<Engine>> engine =
       Engine::create(*default_model().model, *default_model().tokenizer, pool, options);
