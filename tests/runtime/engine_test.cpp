@@ -22,22 +22,9 @@ using testing_util::settled_metrics;
 
 const std::string kTinyModel = std::string(TACHYON_TINY_MODELS) + "/llama_gqa.f32.gguf";
 
-struct LoadedModel {
-  std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<DecoderModel> model;
-};
+using testing_util::LoadedModel;
 
-LoadedModel load(const std::string& path) {
-  LoadedModel loaded;
-  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
-  EXPECT_TRUE(file.ok()) << file.status().message();
-  if (!file.ok()) return loaded;
-  loaded.file = std::move(*file);
-  loaded.tokenizer = std::move(Tokenizer::from_gguf(*loaded.file)).value();
-  loaded.model = std::move(DecoderModel::load(*loaded.file)).value();
-  return loaded;
-}
+LoadedModel load(const std::string& path) { return testing_util::load_model(path); }
 
 // The default model (SmolLM2-135M, Q4_1), loaded once for the whole file.
 LoadedModel& default_model() {

@@ -1,18 +1,45 @@
-// Helpers shared by the engine tests: greedy requests, an engine over a loaded model, running
-// a request alone, and checking that every KV block came back.
+// Helpers shared by the engine tests: loading a GGUF model, greedy requests, an engine over a
+// loaded model, running a request alone, and checking that every KV block came back.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "model_files/gguf_file.h"
 #include "runtime/engine.h"
 
 namespace tachyon::testing_util {
+
+// A GGUF file with its tokenizer and model (null members, and a test failure, when it does
+// not load).
+struct LoadedModel {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<DecoderModel> model;
+};
+
+inline LoadedModel load_model(const std::string& path) {
+  LoadedModel loaded;
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  if (!file.ok()) return loaded;
+  loaded.file = std::move(*file);
+  Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*loaded.file);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(*loaded.file);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (tokenizer.ok() && model.ok()) {
+    loaded.tokenizer = std::move(*tokenizer);
+    loaded.model = std::move(*model);
+  }
+  return loaded;
+}
 
 inline EngineRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
   EngineRequest request;

@@ -18,25 +18,11 @@ using testing_util::greedy_request;
 using testing_util::make_engine;
 using testing_util::run_alone;
 
-struct LoadedModel {
-  std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<DecoderModel> model;
-};
+using testing_util::LoadedModel;
 
+// The ctest fixture make_tiny_models writes the files.
 LoadedModel load(const std::string& name) {
-  LoadedModel loaded;
-  Result<std::unique_ptr<GgufFile>> file =
-      GgufFile::open(std::string(TACHYON_TINY_MODELS) + "/" + name + ".f32.gguf");
-  EXPECT_TRUE(file.ok()) << file.status().message()
-                         << " (the ctest fixture make_tiny_models writes it)";
-  if (!file.ok()) return loaded;
-  loaded.file = std::move(*file);
-  loaded.tokenizer = std::move(Tokenizer::from_gguf(*loaded.file)).value();
-  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(*loaded.file);
-  EXPECT_TRUE(model.ok()) << model.status().message();
-  if (model.ok()) loaded.model = std::move(*model);
-  return loaded;
+  return testing_util::load_model(std::string(TACHYON_TINY_MODELS) + "/" + name + ".f32.gguf");
 }
 
 // Random prompts of 3..45 tokens (the tiny models' context is 128 positions).

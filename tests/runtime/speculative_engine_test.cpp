@@ -20,7 +20,7 @@ namespace {
 
 using testing_util::expect_pool_back_to_full;
 using testing_util::greedy_request;
-using testing_util::make_engine;
+using testing_util::LoadedModel;
 using testing_util::run_alone;
 using testing_util::settled_metrics;
 
@@ -28,21 +28,9 @@ using testing_util::settled_metrics;
 // these (two spinning threads per process on a 2-core machine slow both down several times).
 constexpr int kThreads = 1;
 
-struct LoadedModel {
-  std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<DecoderModel> model;
-};
-
 // The default model (SmolLM2-135M-Instruct, Q4_1), loaded once for the whole file.
 LoadedModel& default_model() {
-  static LoadedModel loaded = [] {
-    LoadedModel model;
-    model.file = std::move(GgufFile::open(default_model_path())).value();
-    model.tokenizer = std::move(Tokenizer::from_gguf(*model.file)).value();
-    model.model = std::move(DecoderModel::load(*model.file)).value();
-    return model;
-  }();
+  static LoadedModel loaded = testing_util::load_model(default_model_path());
   return loaded;
 }
 
