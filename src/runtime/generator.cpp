@@ -181,11 +181,20 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       std::vector<DraftModelRunner::Job> jobs = {{0, context, room, &drafts}};
       if (length > 0) TACHYON_RETURN_IF_ERROR(draft_->propose(jobs, length));
     }
-    std::vector<TokenId> verified = context;
-    verified.insert(verified.end(), drafts.begin(), drafts.end());
+    std::vector<TokenId> verified;
+    if (!drafts.empty()) {
+      verified = context;
+      verified.insert(verified.end(), drafts.begin(), drafts.end());
+    }
     const auto step_start = std::chrono::steady_clock::now();
-    TACHYON_RETURN_IF_ERROR(extend(verified, 1 + static_cast<int>(drafts.size())));
+    TACHYON_RETURN_IF_ERROR(
+        extend(drafts.empty() ? context : verified, 1 + static_cast<int>(drafts.size())));
     step_cost_.observe(1 + static_cast<int>(drafts.size()), seconds_since(step_start));
+  }
+  if (!drafts.empty()) {  // it ended inside a draft: the rest of it counts as rejected
+    ++output.drafts;
+    output.draft_tokens += static_cast<int>(drafts.size());
+    output.accepted_draft_tokens += row;
   }
   // Everything sampled is final, but the cache may hold keys of guesses after it.
   cached_tokens_.resize(std::min(cached_tokens_.size(), context.size() - 1));

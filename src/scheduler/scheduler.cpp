@@ -246,10 +246,19 @@ SchedulerOutput Scheduler::schedule(double now) {
     if (budget <= 0) break;
     if (request->state != RequestState::kRunning) continue;  // preempted in this loop
     // Drafts ride along only in what the budget leaves after every decode's own token, and
-    // only in blocks the pool has free: a guess never preempts anyone.
-    const int spare = budget - static_cast<int>(decoding.size() - i);
-    int drafts = speculate ? std::min<int>(request->draft_tokens.size(), spare) : 0;
-    if (drafts > 0 && !grow_blocks(request, request->num_computed_tokens + 1 + drafts)) drafts = 0;
+    // only in blocks the pool has free beyond one for each decode still to come: a guess never
+    // preempts anyone.
+    const int later_decodes = static_cast<int>(decoding.size() - i) - 1;
+    int drafts = speculate ? std::min<int>(request->draft_tokens.size(), budget - 1 - later_decodes)
+                           : 0;
+    if (drafts > 0) {
+      const int needed = blocks_for(request->num_computed_tokens + 1 + drafts) -
+                         static_cast<int>(request->blocks.size());
+      if (pool_.num_available() - std::max(needed, 0) < later_decodes ||
+          !grow_blocks(request, request->num_computed_tokens + 1 + drafts)) {
+        drafts = 0;
+      }
+    }
     if (drafts > 0) {
       add_to_step(request, 1 + drafts, output, budget, drafts);
     } else {

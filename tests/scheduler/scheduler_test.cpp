@@ -313,7 +313,8 @@ TEST(SchedulerTest, DraftsRideAlongAndRejectedOnesRollBack) {
   EXPECT_EQ(pool.num_held(), 0);
 }
 
-// Drafts never preempt: without free blocks for them the request decodes its one token.
+// Drafts never preempt: without free blocks for them the request decodes its one token, and
+// they never take the blocks later decodes of the same step need.
 TEST(SchedulerTest, DraftsGetOnlyFreeBlocks) {
   KvBlockPool pool(2, false);
   Scheduler scheduler({.max_batch_tokens = 64, .max_running_requests = 8, .block_size = 16,
@@ -328,6 +329,23 @@ TEST(SchedulerTest, DraftsGetOnlyFreeBlocks) {
   EXPECT_TRUE(output.preempted.empty());
   EXPECT_EQ(output.scheduled[0].num_draft_tokens, 0);
   EXPECT_EQ(output.scheduled[0].num_new_tokens, 1);
+
+  // Two requests each about to need a new block, and two free blocks: the first's 17 drafts
+  // would take both and the second would have to preempt, so the first decodes alone.
+  KvBlockPool tight(6, false);
+  Scheduler tight_scheduler({.max_batch_tokens = 64, .max_running_requests = 8,
+                             .block_size = 16, .max_speculative_sequences = 4},
+                            tight);
+  tight_scheduler.add(make_request(1, 31));
+  tight_scheduler.add(make_request(2, 31));
+  step(tight_scheduler);  // 2 blocks each, 2 free
+  step(tight_scheduler);  // position 31 fills the second blocks; next is position 32
+  tight_scheduler.find(1)->draft_tokens = std::vector<int32_t>(17, 5);
+  SchedulerOutput tight_output = tight_scheduler.schedule(2.0);
+  EXPECT_TRUE(tight_output.preempted.empty());
+  ASSERT_EQ(tight_output.scheduled.size(), 2u);
+  EXPECT_EQ(tight_output.scheduled[0].num_draft_tokens, 0);
+  EXPECT_EQ(tight.num_available(), 0);  // one new block each
 }
 
 }  // namespace
