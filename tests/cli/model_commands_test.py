@@ -171,7 +171,7 @@ def main() -> int:
         # Speculation: the copy test with and without it, and the drafts' counts (the default
         # model copies the repeated prompt, so guesses are made and most are accepted).
         result = run(t, "bench", "-p", "0", "-n", "32", "-r", "1", "--json", "--no-roofline",
-                     "--speculative", "ngram")
+                     "--speculative", "ngram", "--spec-fixed")
         report = json.loads(result.stdout) if result.returncode == 0 else []
         spec = report[-1].get("speculative", {}) if report else {}
         check("bench --speculative ngram: copy32 and copy32_ngram with the draft counts",
@@ -180,7 +180,7 @@ def main() -> int:
               0 < spec.get("accepted_draft_tokens", 0) <= spec["draft_tokens"] and
               spec.get("mode") == "ngram", result.stdout + result.stderr)
         result = run(t, "generate", "-p", "one two three four one two three four one two",
-                     "-n", "12", "--temp", "0", "--json", "--speculative", "ngram")
+                     "-n", "12", "--temp", "0", "--json", "--speculative", "ngram", "--spec-fixed")
         report = json.loads(result.stdout) if result.returncode == 0 else {}
         plain = run(t, "generate", "-p", "one two three four one two three four one two",
                     "-n", "12", "--temp", "0", "--json")
