@@ -51,17 +51,6 @@ struct Measurement {
   boost::json::object speculative;  // copy tests with speculation: drafts and acceptance
 };
 
-// The speculation counts of a run, as `generate --json` and /metrics report them.
-boost::json::object speculation_counts(const char* mode, int64_t drafts, int64_t draft_tokens,
-                                       int64_t accepted) {
-  return {{"mode", mode},
-          {"drafts", drafts},
-          {"draft_tokens", draft_tokens},
-          {"accepted_draft_tokens", accepted},
-          {"acceptance_rate", draft_tokens > 0 ? static_cast<double>(accepted) / draft_tokens : 0.0},
-          {"mean_accepted_length", drafts > 0 ? static_cast<double>(accepted) / drafts : 0.0}};
-}
-
 Measurement summarize(std::string test, const std::vector<double>& rates) {
   Measurement m;
   m.test = std::move(test);
@@ -265,7 +254,10 @@ Status run_bench(BenchOptions& options) {
           on ? fmt::format("copy{}_{}", options.generated_tokens, mode)
              : fmt::format("copy{}", options.generated_tokens),
           rates);
-      if (on) m.speculative = speculation_counts(mode.c_str(), drafts, draft_tokens, accepted);
+      if (on) {
+        m.speculative = speculation_json(options.speculation.options.mode, drafts, draft_tokens,
+                                         accepted);
+      }
       results.push_back(std::move(m));
     }
   }
@@ -304,9 +296,8 @@ Status run_bench(BenchOptions& options) {
         draft_tokens += metrics.draft_tokens_total[s];
         accepted += metrics.accepted_draft_tokens_total[s];
       }
-      results[results.size() - 2].speculative = speculation_counts(
-          speculative_mode_name(options.speculation.options.mode), drafts, draft_tokens,
-          accepted);
+      results[results.size() - 2].speculative =
+          speculation_json(options.speculation.options.mode, drafts, draft_tokens, accepted);
     }
   }
 

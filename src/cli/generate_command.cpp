@@ -27,21 +27,6 @@ struct GenerateOptions {
   bool add_special = false;
 };
 
-// Drafts verified, proposed and accepted tokens, and what they mean per step.
-boost::json::object speculation_json(const SpeculativeOptions& options,
-                                     const GenerationOutput& output) {
-  return {{"mode", speculative_mode_name(options.mode)},
-          {"drafts", output.drafts},
-          {"draft_tokens", output.draft_tokens},
-          {"accepted_draft_tokens", output.accepted_draft_tokens},
-          {"acceptance_rate", output.draft_tokens > 0 ? static_cast<double>(output.accepted_draft_tokens) /
-                                                            output.draft_tokens
-                                                      : 0.0},
-          {"mean_accepted_length", output.drafts > 0 ? static_cast<double>(output.accepted_draft_tokens) /
-                                                           output.drafts
-                                                     : 0.0}};
-}
-
 Status run_generate(GenerateOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.finish());
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
@@ -105,7 +90,8 @@ Status run_generate(GenerateOptions& options) {
        output.prompt_seconds > 0 ? output.prompt_tokens / output.prompt_seconds : 0.0},
       {"generation_tokens_per_second", decode_rate},
       {"seed", params.seed ? boost::json::value(*params.seed) : boost::json::value(nullptr)},
-      {"speculative", speculation_json(options.speculation.options, output)},
+      {"speculative", speculation_json(options.speculation.options.mode, output.drafts,
+                                       output.draft_tokens, output.accepted_draft_tokens)},
   };
   std::printf("%s\n", boost::json::serialize(result).c_str());
   return Status();

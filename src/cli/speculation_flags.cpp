@@ -38,6 +38,16 @@ Result<std::unique_ptr<DraftModelRunner>> make_draft_runner(DraftSession& draft,
                                   kBlockSize, session.cache_type);
 }
 
+boost::json::object speculation_json(SpeculativeMode mode, int64_t drafts, int64_t draft_tokens,
+                                     int64_t accepted) {
+  return {{"mode", speculative_mode_name(mode)},
+          {"drafts", drafts},
+          {"draft_tokens", draft_tokens},
+          {"accepted_draft_tokens", accepted},
+          {"acceptance_rate", draft_tokens > 0 ? static_cast<double>(accepted) / draft_tokens : 0.0},
+          {"mean_accepted_length", drafts > 0 ? static_cast<double>(accepted) / drafts : 0.0}};
+}
+
 void add_speculation_flags(CLI::App& command, SpeculationFlags& flags, bool serving) {
   command.add_option("--speculative", flags.mode,
                      "Speculative decoding (outputs stay byte-identical): off (default), ngram "

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <boost/json.hpp>
 
 #include "cli/model_path.h"
 #include "cli/model_session.h"
@@ -41,5 +42,10 @@ Result<std::unique_ptr<DraftModelRunner>> make_draft_runner(DraftSession& draft,
                                                             const ModelSession& session);
 
 void add_speculation_flags(CLI::App& command, SpeculationFlags& flags, bool serving = false);
+
+// The speculation counts of a run as `generate --json` and `bench --json` print them: drafts
+// verified, their tokens, the accepted ones, and the rates derived from them.
+boost::json::object speculation_json(SpeculativeMode mode, int64_t drafts, int64_t draft_tokens,
+                                     int64_t accepted);
 
 }  // namespace tachyon::cli

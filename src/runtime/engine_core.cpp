@@ -317,6 +317,8 @@ void EngineCore::size_drafts() {
       available.push_back(static_cast<int>(request->draft_tokens.size()));
     }
   }
+  // A step with this many decodes verifies no drafts (the scheduler drops them): no sizing.
+  if (decoding > options_.speculative.max_sequences) return;
   const std::vector<int> lengths = choose_draft_lengths(step_cost_, decoding, acceptance, available);
   for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft_tokens.resize(lengths[i]);
 }
