@@ -31,6 +31,9 @@ struct BenchOptions {
   ModelOptions model;
   int prompt_tokens = 512;
   int generated_tokens = 128;
+  // Context already in the cache when the pp and tg tests start (llama-bench's -d): their
+  // tokens attend to it too.
+  int depth = 0;
   int repetitions = 5;
   // Batched decoding through the serving engine: `parallel` sequences, each with a prompt of
   // `parallel_prompt` random tokens, generating `parallel_gen` tokens (0 = skip).
@@ -89,7 +92,8 @@ Status run_bench(BenchOptions& options) {
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
   TACHYON_ASSIGN_OR_RETURN(DraftSession draft, open_draft_model(options.speculation));
   DecoderModel& model = *session.model;
-  const int needed = std::max({options.prompt_tokens, options.generated_tokens, 1});
+  const int needed =
+      options.depth + std::max({options.prompt_tokens, options.generated_tokens, 1});
   if (needed > model.config().context_length) {
     return invalid_argument(fmt::format("the test needs {} positions but the model's context is {}",
                                         needed, model.config().context_length));
@@ -99,22 +103,29 @@ Status run_bench(BenchOptions& options) {
   std::uniform_int_distribution<int> random_token(0, model.config().vocab_size - 1);
   std::vector<float> logits;
 
-  auto time_prompt = [&]() -> Result<double> {
-    std::vector<TokenIndex> tokens(options.prompt_tokens);
+  // `count` random tokens from position `first` on, a batch at a time.
+  auto run_prompt = [&](int first, int count) -> Status {
+    std::vector<TokenIndex> tokens(count);
     for (TokenIndex& token : tokens) token = random_token(rng);
-    const auto start = std::chrono::steady_clock::now();
-    for (int begin = 0; begin < options.prompt_tokens; begin += options.model.batch_size) {
-      const int count = std::min(options.model.batch_size, options.prompt_tokens - begin);
-      TACHYON_RETURN_IF_ERROR(
-          model.forward(std::span<const TokenIndex>(tokens).subspan(begin, count), begin, cache,
-                        *session.pool, 1, logits));
+    for (int begin = 0; begin < count; begin += options.model.batch_size) {
+      const int n = std::min(options.model.batch_size, count - begin);
+      TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(tokens).subspan(begin, n),
+                                            first + begin, cache, *session.pool, 1, logits));
     }
+    return Status();
+  };
+  // The context every test starts from, computed once (the tests only write past it).
+  TACHYON_RETURN_IF_ERROR(run_prompt(0, options.depth));
+  auto time_prompt = [&]() -> Result<double> {
+    const auto start = std::chrono::steady_clock::now();
+    TACHYON_RETURN_IF_ERROR(run_prompt(options.depth, options.prompt_tokens));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   auto time_generation = [&]() -> Result<double> {
     TokenIndex token = random_token(rng);
     const auto start = std::chrono::steady_clock::now();
-    for (int position = 0; position < options.generated_tokens; ++position) {
+    for (int position = options.depth; position < options.depth + options.generated_tokens;
+         ++position) {
       TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenIndex>(&token, 1), position, cache,
                                             *session.pool, 1, logits));
       token = static_cast<TokenIndex>(
@@ -183,6 +194,8 @@ Status run_bench(BenchOptions& options) {
   };
 
   std::vector<Measurement> results;
+  // Tests run at a depth are named as llama-bench names them ("tg128 @ d8192").
+  const std::string depth_suffix = options.depth > 0 ? fmt::format(" @ d{}", options.depth) : "";
   if (options.prompt_tokens > 0) {
     TACHYON_RETURN_IF_ERROR(time_prompt().status());  // warm-up: page in weights, grow buffers
     std::vector<double> rates;
@@ -190,7 +203,7 @@ Status run_bench(BenchOptions& options) {
       TACHYON_ASSIGN_OR_RETURN(double seconds, time_prompt());
       rates.push_back(options.prompt_tokens / seconds);
     }
-    results.push_back(summarize(fmt::format("pp{}", options.prompt_tokens), rates));
+    results.push_back(summarize(fmt::format("pp{}{}", options.prompt_tokens, depth_suffix), rates));
   }
   // The read bandwidth on offer changes from minute to minute on a shared machine, so the
   // roofline is probed right before and after each decode repetition and each repetition is
@@ -209,7 +222,8 @@ Status run_bench(BenchOptions& options) {
         generation_bandwidths.push_back((before + probe->measure(2).bytes_per_second) / 2);
       }
     }
-    results.push_back(summarize(fmt::format("tg{}", options.generated_tokens), generation_rates));
+    results.push_back(
+        summarize(fmt::format("tg{}{}", options.generated_tokens, depth_suffix), generation_rates));
   }
 
   // Speculation: copyN generates N greedy tokens through the Generator after a prompt of 64
@@ -312,7 +326,8 @@ Status run_bench(BenchOptions& options) {
   std::optional<Roofline> roofline;
   if (probe) {
     Roofline r;
-    const double mean_context = std::max(0.0, (options.generated_tokens - 1) / 2.0);
+    const double mean_context =
+        options.depth + std::max(0.0, (options.generated_tokens - 1) / 2.0);
     r.bytes_per_token = decode_bytes_per_token(model, mean_context, session.cache_type);
     if (generation_bandwidths.empty()) {
       r.bytes_per_second = probe->measure(5).bytes_per_second;
@@ -402,6 +417,11 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   command->add_option("-n,--gen-tokens", options->generated_tokens, "tgN test size, 0 = skip (128)")
       ->check(CLI::Range(0, 1 << 20));
+  command
+      ->add_option("-d,--depth", options->depth,
+                   "Context already cached when the pp and tg tests start, as llama-bench's -d "
+                   "(0); the tests are then named \"pp512 @ d8192\"")
+      ->check(CLI::Range(0, 1 << 24));
   command->add_option("-r,--repetitions", options->repetitions, "Repetitions per test (5)")
       ->check(CLI::Range(1, 1000));
   command

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/model_path.h"
+#include "kv_cache/kv_cache_type.h"
 
 namespace tachyon::cli {
 
@@ -18,14 +19,21 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
   command.add_option("-b,--batch-size", options.batch_size,
                      "Prompt tokens computed per forward pass (default 512)")
       ->check(CLI::Range(1, 1 << 16));
-  command.add_option("--cache-type", options.cache_type, "KV cache storage: f16 (default) or f32")
-      ->check(CLI::IsMember({"f16", "f32"}));
+  add_cache_type_option(command, options.cache_type);
   command
       .add_option("--quantize", options.quantize,
                   "Quantize F32/F16/BF16/FP8 matrices at load to q4_0, q4_1, q5_0, q5_1, q8_0 "
                   "(as the gguf package's quantizers), q4_k or q6_k (as llama.cpp's without an "
                   "importance matrix); other types stay as stored")
       ->check(CLI::IsMember({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"}));
+}
+
+void add_cache_type_option(CLI::App& command, std::string& cache_type) {
+  command
+      .add_option("--cache-type", cache_type,
+                  "KV cache storage: f16 (default), f32 (exact) or q8 (int8 with a scale per 32 "
+                  "values: about half of f16's memory)")
+      ->check(CLI::IsMember({"f16", "f32", "q8"}));
 }
 
 void add_numerics_option(CLI::App& command, ModelOptions& options) {
@@ -71,7 +79,9 @@ Result<ModelSession> open_session(const ModelOptions& options) {
     return invalid_argument(fmt::format("context size {} is larger than the model's {}",
                                         session.context_size, config.context_length));
   }
-  session.cache_type = options.cache_type == "f32" ? DType::kF32 : DType::kF16;
+  TACHYON_ASSIGN_OR_RETURN(session.cache_type, parse_kv_cache_type(options.cache_type));
+  Status cache_fits = check_kv_cache_type(session.cache_type, config.head_size);
+  if (!cache_fits.ok()) return with_path(cache_fits);
   if (options.numerics == "llama.cpp") {
     Status status = session.model->set_numerics(Numerics::kLlamaCpp);
     if (!status.ok()) return with_path(status);

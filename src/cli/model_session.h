@@ -21,13 +21,15 @@ struct ModelOptions {
   int threads = 0;       // 0: one per hardware thread
   int context_size = 0;  // 0: min(model context, 4096)
   int batch_size = 512;
-  std::string cache_type = "f16";  // KV cache storage: f16 or f32
+  std::string cache_type = "f16";  // KV cache storage: f16, f32 or q8
   std::string numerics = "native";  // whose arithmetic: native or llama.cpp (DecoderModel)
   std::string quantize;  // --quantize: "" or q4_0, q4_1, q5_0, q5_1, q8_0
 };
 
 // Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type and --quantize.
 void add_model_options(CLI::App& command, ModelOptions& options);
+// Adds --cache-type (f16, f32 or q8) writing to `cache_type`.
+void add_cache_type_option(CLI::App& command, std::string& cache_type);
 // Adds --numerics (the single-sequence commands: generate, chat, perplexity).
 void add_numerics_option(CLI::App& command, ModelOptions& options);
 

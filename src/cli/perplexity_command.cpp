@@ -108,8 +108,7 @@ void add_perplexity_command(CLI::App& app) {
   command->add_option("-t,--threads", options->model.threads, "Threads (default: all)");
   command->add_option("-b,--batch-size", options->model.batch_size, "Tokens per forward pass (512)")
       ->check(CLI::Range(1, 1 << 16));
-  command->add_option("--cache-type", options->model.cache_type, "KV cache storage: f16 or f32")
-      ->check(CLI::IsMember({"f16", "f32"}));
+  add_cache_type_option(*command, options->model.cache_type);
   add_numerics_option(*command, options->model);
   command->add_option("-f,--file", options->file, "Text file")->required();
   command->add_option("--ctx", options->window, "Window size in tokens (512)")

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "core/prefetch.h"
+#include "core/half.h"
 #include "kernels/cpu/convert.h"
+#include "kv_cache/kv_cache_type.h"
 
 namespace tachyon {
 namespace {
@@ -33,29 +36,20 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_size, int capacity, 
       padded_capacity_((capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock),
       type_(type),
       values_are_keys_(values_are_keys) {
-  TACHYON_CHECK(type == DType::kF16 || type == DType::kF32);
+  TACHYON_CHECK(check_kv_cache_type(type, head_size).ok());
   TACHYON_CHECK(num_layers >= 0 && num_kv_heads > 0 && head_size > 0 && capacity >= 0);
-  storage_bytes_ = static_cast<size_t>(num_layers) * planes() * padded_capacity_ * kv_size() *
-                   element_bytes();
+  head_bytes_ = static_cast<size_t>(
+      kv_cache_bytes(type, static_cast<int64_t>(head_size) * padded_capacity_));
+  storage_bytes_ = static_cast<size_t>(num_layers) * planes() * num_kv_heads * head_bytes_;
   arena_ = std::make_unique<HugePageArena>();
   storage_ = arena_->allocate(storage_bytes_);
 }
 
-void KvCache::write_row(size_t byte_offset, const float* row, int64_t n) {
-  if (type_ == DType::kF16) {
-    kernels::f32_to_f16_row(row, reinterpret_cast<uint16_t*>(storage_ + byte_offset), n);
-  } else {
-    std::memcpy(storage_ + byte_offset, row, n * sizeof(float));
-  }
-}
-
-void KvCache::read_row(size_t byte_offset, float* row, int64_t n) const {
-  if (type_ == DType::kF16) {
-    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(storage_ + byte_offset), row,
-                            n);
-  } else {
-    std::memcpy(row, storage_ + byte_offset, n * sizeof(float));
-  }
+Q8Plane KvCache::q8_plane(int layer, int which, int kv_head) const {
+  const uint8_t* plane = storage_ + head_offset(layer, which, kv_head);
+  return {reinterpret_cast<const int8_t*>(plane),
+          reinterpret_cast<const uint16_t*>(plane +
+                                            static_cast<size_t>(head_size_) * padded_capacity_)};
 }
 
 void KvCache::store(int layer, int position, int count, const float* keys, const float* values) {
@@ -63,16 +57,27 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
   TACHYON_CHECK(position >= 0 && count >= 0 && position + count <= capacity_);
   const int kv = kv_size();
   const size_t bytes = element_bytes();
-  // Keys: f16 ones converted as whole rows first (one rounding per element, as for values),
-  // then each head's dimensions scattered into their blocks' columns.
+  const bool q8 = type_ == DType::kQ8_0;
+  const int scale_groups = head_size_ / kernels::kQ8Group;  // per head and position, q8 only
+  // Keys: f16 and q8 ones converted as whole rows first (rounded as values are), then each
+  // head's dimensions (and q8 scales) scattered into their blocks' columns. Staging: the
+  // calling thread's own (threads may store at once): f16 bits or int8 [count, kv_size], q8
+  // scales f16 bits [count, kv_size / 32].
+  thread_local std::vector<uint8_t> staging;
+  thread_local std::vector<uint16_t> staged_scales;
   const uint8_t* key_rows = reinterpret_cast<const uint8_t*>(keys);
+  const int64_t key_values = static_cast<int64_t>(count) * kv;
   if (type_ == DType::kF16) {
-    // f16 bits [count, kv_size], the calling thread's own (threads may store at once).
-    thread_local std::vector<uint8_t> staging;
-    const size_t staged = static_cast<size_t>(count) * kv * bytes;
-    if (staging.size() < staged) staging.resize(staged);
-    kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging.data()),
-                            static_cast<int64_t>(count) * kv);
+    if (staging.size() < key_values * bytes) staging.resize(key_values * bytes);
+    kernels::f32_to_f16_row(keys, reinterpret_cast<uint16_t*>(staging.data()), key_values);
+    key_rows = staging.data();
+  } else if (q8) {
+    if (staging.size() < static_cast<size_t>(key_values)) staging.resize(key_values);
+    if (staged_scales.size() < static_cast<size_t>(key_values / kernels::kQ8Group)) {
+      staged_scales.resize(key_values / kernels::kQ8Group);
+    }
+    kernels::f32_to_q8_row(keys, reinterpret_cast<int8_t*>(staging.data()), staged_scales.data(),
+                           key_values);
     key_rows = staging.data();
   }
   for (int h = 0; h < num_kv_heads_; ++h) {
@@ -83,16 +88,37 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
           key_rows + (static_cast<size_t>(p) * kv + static_cast<size_t>(h) * head_size_) * bytes;
       uint8_t* columns = storage_ + head_offset(layer, 0, h) + key_index(position + p, 0) *
                                                                          bytes;
-      if (type_ == DType::kF16) {
+      if (q8) {
+        scatter_columns<uint8_t>(rows, kv, n, head_size_, columns, kKeyBlock);
+        const uint16_t* scale_rows = staged_scales.data() +
+                                     (static_cast<size_t>(p) * kv + h * head_size_) /
+                                         kernels::kQ8Group;
+        uint16_t* scale_columns = q8_scales(layer, 0, h) +
+                                  key_scale_index(position + p, 0);
+        scatter_columns<uint16_t>(reinterpret_cast<const uint8_t*>(scale_rows),
+                                  kv / kernels::kQ8Group, n, scale_groups,
+                                  reinterpret_cast<uint8_t*>(scale_columns), kKeyBlock);
+      } else if (type_ == DType::kF16) {
         scatter_columns<uint16_t>(rows, kv, n, head_size_, columns, kKeyBlock);
       } else {
         scatter_columns<uint32_t>(rows, kv, n, head_size_, columns, kKeyBlock);
       }
     }
     if (values_are_keys_) continue;
+    uint8_t* value_plane = storage_ + head_offset(layer, 1, h);
     for (int p = 0; p < count; ++p) {
-      write_row(head_offset(layer, 1, h) + static_cast<size_t>(position + p) * head_size_ * bytes,
-                values + static_cast<int64_t>(p) * kv + h * head_size_, head_size_);
+      const float* row = values + static_cast<int64_t>(p) * kv + h * head_size_;
+      const size_t at = static_cast<size_t>(position + p) * head_size_;
+      if (q8) {
+        kernels::f32_to_q8_row(row, reinterpret_cast<int8_t*>(value_plane) + at,
+                               q8_scales(layer, 1, h) +
+                                   at / kernels::kQ8Group,
+                               head_size_);
+      } else if (type_ == DType::kF16) {
+        kernels::f32_to_f16_row(row, reinterpret_cast<uint16_t*>(value_plane) + at, head_size_);
+      } else {
+        std::memcpy(reinterpret_cast<float*>(value_plane) + at, row, head_size_ * sizeof(float));
+      }
     }
   }
 }
@@ -103,16 +129,62 @@ void KvCache::prefetch_store(int layer, int position, int count) const {
   constexpr int kLineBytes = 64;
   const size_t bytes = element_bytes();
   const int line_positions = kLineBytes / static_cast<int>(bytes);  // divides kKeyBlock
+  const int scale_groups = head_size_ / kernels::kQ8Group;
   for (int h = 0; h < num_kv_heads_; ++h) {
     // A key line holds line_positions positions of one dimension.
     for (int p = position; p < position + count; p += line_positions - p % line_positions) {
       const uint8_t* keys = storage_ + head_offset(layer, 0, h) + key_index(p, 0) * bytes;
       for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * kKeyBlock * bytes);
     }
+    if (type_ == DType::kQ8_0) {  // a scale line holds 32 positions of a group of dimensions
+      const uint16_t* scales = q8_plane(layer, 0, h).scales;
+      for (int p = position; p < position + count; p += 32 - p % 32) {
+        for (int g = 0; g < scale_groups; ++g) {
+          prefetch_for_write(scales + key_scale_index(p, g * kernels::kQ8Group));
+        }
+      }
+    }
     if (values_are_keys_) continue;
     prefetch_range_for_write(
         storage_ + head_offset(layer, 1, h) + static_cast<size_t>(position) * head_size_ * bytes,
         static_cast<size_t>(count) * head_size_ * bytes);
+    if (type_ == DType::kQ8_0) {
+      prefetch_range_for_write(q8_plane(layer, 1, h).scales + position * scale_groups,
+                               static_cast<size_t>(count) * scale_groups * 2);
+    }
+  }
+}
+
+void KvCache::read_key_run(int layer, int kv_head, int position, int d, int n, float* out) const {
+  if (type_ == DType::kQ8_0) {
+    const Q8Plane keys = q8_plane(layer, 0, kv_head);
+    const int8_t* column = keys.data + key_index(position, d);
+    const uint16_t* scales = keys.scales + key_scale_index(position, d);
+    for (int p = 0; p < n; ++p) out[p] = static_cast<float>(column[p]) * f16_to_f32(scales[p]);
+    return;
+  }
+  const uint8_t* run = storage_ + head_offset(layer, 0, kv_head) + key_index(position, d) *
+                                                                        element_bytes();
+  if (type_ == DType::kF16) {
+    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(run), out, n);
+  } else {
+    std::memcpy(out, run, n * sizeof(float));
+  }
+}
+
+void KvCache::read_value_rows(int layer, int kv_head, int position, int count, float* out) const {
+  const size_t at = static_cast<size_t>(position) * head_size_;
+  const int64_t n = static_cast<int64_t>(count) * head_size_;
+  if (type_ == DType::kQ8_0) {
+    const Q8Plane values = q8_plane(layer, 1, kv_head);
+    kernels::q8_to_f32_row(values.data + at, values.scales + at / kernels::kQ8Group, out, n);
+    return;
+  }
+  const uint8_t* rows = storage_ + head_offset(layer, 1, kv_head) + at * element_bytes();
+  if (type_ == DType::kF16) {
+    kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(rows), out, n);
+  } else {
+    std::memcpy(out, rows, n * sizeof(float));
   }
 }
 
@@ -125,7 +197,7 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
   for (int first = 0; first < count; first += kKeyBlock) {
     const int n = std::min(kKeyBlock, count - first);
     for (int d = 0; d < head_size; ++d) {
-      read_row(head_offset(layer, 0, kv_head) + key_index(first, d) * element_bytes(), values, n);
+      read_key_run(layer, kv_head, first, d, n, values);
       for (int p = 0; p < n; ++p) keys[static_cast<int64_t>(first + p) * head_size + d] = values[p];
     }
   }
@@ -133,7 +205,7 @@ void KvCache::load_head(int layer, int kv_head, int head_size, int count, float*
     std::memcpy(values, keys, static_cast<size_t>(count) * head_size * sizeof(float));
     return;
   }
-  read_row(head_offset(layer, 1, kv_head), values, static_cast<int64_t>(count) * head_size);
+  read_value_rows(layer, kv_head, 0, count, values);
 }
 
 void KvCache::load_span(int layer, int kv_head, int head_size, int first, int count,
@@ -141,13 +213,11 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
   TACHYON_CHECK(layer >= 0 && layer < num_layers_ && head_size == head_size_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= capacity_);
-  const size_t bytes = element_bytes();
   // Block by block: positions [first + p, first + p + n) share one.
   for (int p = 0, n = 0; p < count; p += n) {
     n = std::min(count - p, kKeyBlock - (first + p) % kKeyBlock);
     for (int d = 0; d < head_size; ++d) {
-      read_row(head_offset(layer, 0, kv_head) + key_index(first + p, d) * bytes,
-               keys_by_dimension + d * key_stride + p, n);
+      read_key_run(layer, kv_head, first + p, d, n, keys_by_dimension + d * key_stride + p);
     }
   }
   if (values_are_keys_) {
@@ -158,8 +228,7 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
     }
     return;
   }
-  read_row(head_offset(layer, 1, kv_head) + static_cast<size_t>(first) * head_size * bytes, values,
-           static_cast<int64_t>(count) * head_size);
+  read_value_rows(layer, kv_head, first, count, values);
 }
 
 const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
@@ -172,6 +241,18 @@ const uint16_t* KvCache::f16_values(int layer, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, 1, kv_head));
+}
+
+Q8Plane KvCache::q8_keys(int layer, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kQ8_0 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
+  return q8_plane(layer, 0, kv_head);
+}
+
+Q8Plane KvCache::q8_values(int layer, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kQ8_0 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);
+  return q8_plane(layer, 1, kv_head);
 }
 
 }  // namespace tachyon

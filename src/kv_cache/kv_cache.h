@@ -1,5 +1,5 @@
 // Keys and values of one sequence's past tokens, per layer, in a contiguous buffer, stored as
-// f16 (half the memory, llama.cpp's default) or f32 (exact).
+// f16 (half the memory, llama.cpp's default), f32 (exact) or q8 (kv_cache_type.h: a quarter).
 // (The paged, shared cache for serving many sequences replaces this in the engine.)
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/huge_page_arena.h"
+#include "kv_cache/q8_plane.h"
 
 namespace tachyon {
 
@@ -18,7 +19,7 @@ class KvCache {
   // Keys are stored transposed in blocks of this many positions (see f16_keys).
   static constexpr int kKeyBlock = 128;
 
-  // `type` is DType::kF16 or DType::kF32. `values_are_keys`: each position's value is its key
+  // `type` is DType::kF16, kF32 or kQ8_0 (check_kv_cache_type must pass). `values_are_keys`: each position's value is its key
   // (MLA's cached latent), stored once: half the memory, values read from the keys.
   KvCache(int num_layers, int num_kv_heads, int head_size, int capacity,
           DType type = DType::kF16, bool values_are_keys = false);
@@ -56,24 +57,45 @@ class KvCache {
   // values_are_keys(): read the keys).
   const uint16_t* f16_keys(int layer, int kv_head) const;
   const uint16_t* f16_values(int layer, int kv_head) const;
+  // The same for a q8 cache: int8 values laid out as the f16 ones, and their scales, one per 32
+  // dimensions of a position: keys' [capacity / kKeyBlock, head_size / 32, kKeyBlock], values'
+  // [capacity, head_size / 32].
+  Q8Plane q8_keys(int layer, int kv_head) const;
+  Q8Plane q8_values(int layer, int kv_head) const;
 
  private:
-  size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
+  // Bytes of one value of an f16 or f32 cache (q8: of its int8 values).
+  size_t element_bytes() const {
+    return type_ == DType::kQ8_0 ? 1 : type_ == DType::kF16 ? 2 : 4;
+  }
   // Byte offset of a KV head's keys (which = 0) or values (1) in a layer. Keys are stored
   // transposed in blocks of kKeyBlock positions, [blocks, head_size, kKeyBlock], so that a
   // block reads as the kernels take it (dimension by dimension, positions contiguous, one run
   // of memory); values as rows, [capacity, head_size]. Both take padded_capacity_ positions.
   size_t head_offset(int layer, int which, int kv_head) const {
     return ((static_cast<size_t>(layer) * planes() + which) * num_kv_heads_ + kv_head) *
-           head_size_ * padded_capacity_ * element_bytes();
+           head_bytes_;
+  }
+  // A q8 cache's keys (which = 0) or values (1) of a KV head, and their scales to write.
+  Q8Plane q8_plane(int layer, int which, int kv_head) const;
+  uint16_t* q8_scales(int layer, int which, int kv_head) {
+    return reinterpret_cast<uint16_t*>(storage_ + head_offset(layer, which, kv_head) +
+                                       static_cast<size_t>(head_size_) * padded_capacity_);
   }
   int planes() const { return values_are_keys_ ? 1 : 2; }  // keys (and values) per layer
   // Element index of position p's dimension d in a head's keys.
   size_t key_index(int p, int d) const {
     return (static_cast<size_t>(p / kKeyBlock) * head_size_ + d) * kKeyBlock + p % kKeyBlock;
   }
-  void write_row(size_t byte_offset, const float* row, int64_t n);
-  void read_row(size_t byte_offset, float* row, int64_t n) const;
+  // Index of the scale of position p's dimension d in a q8 head's key scales.
+  size_t key_scale_index(int p, int d) const {
+    return (static_cast<size_t>(p / kKeyBlock) * (head_size_ / 32) + d / 32) * kKeyBlock +
+           p % kKeyBlock;
+  }
+  // Dimension d of positions [position, position + n) (one key block) of a head's keys.
+  void read_key_run(int layer, int kv_head, int position, int d, int n, float* out) const;
+  // Values of positions [position, position + count) of a head, as rows.
+  void read_value_rows(int layer, int kv_head, int position, int count, float* out) const;
 
   int num_layers_;
   int num_kv_heads_;
@@ -82,7 +104,8 @@ class KvCache {
   int padded_capacity_;  // capacity rounded up to whole key blocks
   DType type_;
   bool values_are_keys_ = false;
-  // f16 or f32 [layers, planes (keys, values), num_kv_heads, head_size * padded_capacity_], in 2 MiB
+  size_t head_bytes_ = 0;  // of a KV head's keys (or values) in a layer
+  // f16, f32 or q8 [layers, planes (keys, values), num_kv_heads, head_size * padded_capacity_], in 2 MiB
   // pages: a decode step touches a few KiB of every head of every layer, a TLB miss per 4 KiB
   // page otherwise (the weights streamed in between evict every translation).
   std::unique_ptr<HugePageArena> arena_;

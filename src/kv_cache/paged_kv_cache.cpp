@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -10,23 +11,21 @@
 #include "core/half.h"
 #include "core/prefetch.h"
 #include "kernels/cpu/convert.h"
+#include "kv_cache/kv_cache_type.h"
 
 namespace tachyon {
 
 size_t PagedKvCache::block_bytes(int num_layers, int kv_size, int block_size, DType type,
                                  bool values_are_keys) {
-  const size_t element = type == DType::kF16 ? 2 : 4;
-  return static_cast<size_t>(num_layers) * (values_are_keys ? 1 : 2) * block_size * kv_size *
-         element;
+  return static_cast<size_t>(num_layers) * (values_are_keys ? 1 : 2) *
+         kv_cache_bytes(type, static_cast<int64_t>(block_size) * kv_size);
 }
 
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int num_kv_heads,
                                                            int head_size, int num_blocks,
                                                            int block_size, DType type,
                                                            bool values_are_keys) {
-  if (type != DType::kF16 && type != DType::kF32) {
-    return unsupported("the KV cache stores f16 or f32");
-  }
+  TACHYON_RETURN_IF_ERROR(check_kv_cache_type(type, head_size));
   if (num_blocks <= 0 || block_size <= 0) {
     return invalid_argument(fmt::format("a KV cache needs blocks: {} blocks of {} tokens",
                                         num_blocks, block_size));
@@ -60,12 +59,14 @@ PagedKvCache::PagedKvCache(int num_layers, int num_kv_heads, int head_size, int 
       block_size_(block_size),
       type_(type),
       values_are_keys_(values_are_keys),
+      head_bytes_(kv_cache_bytes(type, static_cast<int64_t>(head_size) * block_size)),
       arena_(std::move(arena)),
       storage_(storage) {}
 
 void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float* keys,
                          const float* values) {
   const int64_t kv_size = static_cast<int64_t>(num_kv_heads_) * head_size_;
+  const int scale_groups = head_size_ / kernels::kQ8Group;  // per head and position, q8 only
   for (size_t i = 0; i < slots.size(); ++i) {
     TACHYON_CHECK(slots[i] >= 0 && slots[i] < static_cast<int64_t>(num_blocks_) * block_size_);
     const int block = static_cast<int>(slots[i] / block_size_);
@@ -73,7 +74,19 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
     for (int h = 0; h < num_kv_heads_; ++h) {
       const float* key = keys + i * kv_size + h * head_size_;
       uint8_t* key_out = storage_ + head_offset(layer, block, 0, h);
-      if (type_ == DType::kF16) {
+      if (type_ == DType::kQ8_0) {
+        // A row quantized, then its values and scales scattered into their columns.
+        // The calling thread's own (threads may store at once).
+        thread_local std::vector<int8_t> quantized;
+        thread_local std::vector<uint16_t> scales;
+        quantized.resize(head_size_);
+        scales.resize(scale_groups);
+        kernels::f32_to_q8_row(key, quantized.data(), scales.data(), head_size_);
+        int8_t* key_columns = reinterpret_cast<int8_t*>(key_out);
+        for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = quantized[d];
+        uint16_t* scale_columns = q8_scales(layer, block, 0, h);
+        for (int g = 0; g < scale_groups; ++g) scale_columns[g * block_size_ + offset] = scales[g];
+      } else if (type_ == DType::kF16) {
         uint16_t* key_columns = reinterpret_cast<uint16_t*>(key_out);
         for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = f32_to_f16(key[d]);
       } else {
@@ -82,12 +95,19 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
       }
       if (values_are_keys_) continue;
       const float* value = values + i * kv_size + h * head_size_;
-      uint8_t* value_out = storage_ + head_offset(layer, block, 1, h) +
-                           static_cast<size_t>(offset) * head_size_ * element_bytes();
-      if (type_ == DType::kF16) {
-        kernels::f32_to_f16_row(value, reinterpret_cast<uint16_t*>(value_out), head_size_);
+      uint8_t* value_plane = storage_ + head_offset(layer, block, 1, h);
+      if (type_ == DType::kQ8_0) {
+        kernels::f32_to_q8_row(
+            value, reinterpret_cast<int8_t*>(value_plane) + static_cast<size_t>(offset) * head_size_,
+            q8_scales(layer, block, 1, h) + offset * scale_groups, head_size_);
+      } else if (type_ == DType::kF16) {
+        kernels::f32_to_f16_row(
+            value,
+            reinterpret_cast<uint16_t*>(value_plane) + static_cast<size_t>(offset) * head_size_,
+            head_size_);
       } else {
-        std::memcpy(value_out, value, head_size_ * sizeof(float));
+        std::memcpy(reinterpret_cast<float*>(value_plane) + static_cast<size_t>(offset) * head_size_,
+                    value, head_size_ * sizeof(float));
       }
     }
   }
@@ -95,7 +115,9 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
 
 void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) const {
   TACHYON_CHECK(layer >= 0 && layer < num_layers_);
-  const size_t bytes = element_bytes();
+  // A slot's keys: one value per dimension, block_size values apart (q8: 1 byte, and the scales
+  // after them, one per 32 dimensions).
+  const size_t bytes = type_ == DType::kQ8_0 ? 1 : element_bytes();
   for (const int64_t slot : slots) {
     TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(num_blocks_) * block_size_);
     const int block = static_cast<int>(slot / block_size_);
@@ -103,10 +125,24 @@ void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) con
     for (int h = 0; h < num_kv_heads_; ++h) {
       const uint8_t* keys = storage_ + head_offset(layer, block, 0, h) + offset * bytes;
       for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * block_size_ * bytes);
+      if (type_ == DType::kQ8_0) {
+        const uint16_t* scales = q8_plane(layer, block, 0, h).scales + offset;
+        for (int g = 0; g < head_size_ / kernels::kQ8Group; ++g) {
+          prefetch_for_write(scales + g * block_size_);
+        }
+      }
       if (values_are_keys_) continue;
-      prefetch_range_for_write(storage_ + head_offset(layer, block, 1, h) +
-                                   static_cast<size_t>(offset) * head_size_ * bytes,
-                               head_size_ * bytes);
+      // Values (and q8 scales) of a slot are one run.
+      const size_t row_bytes = static_cast<size_t>(kv_cache_bytes(type_, head_size_));
+      if (type_ == DType::kQ8_0) {
+        const Q8Plane plane = q8_plane(layer, block, 1, h);
+        prefetch_range_for_write(plane.data + static_cast<size_t>(offset) * head_size_, head_size_);
+        prefetch_range_for_write(plane.scales + offset * (head_size_ / kernels::kQ8Group),
+                                 row_bytes - head_size_);
+        continue;
+      }
+      prefetch_range_for_write(storage_ + head_offset(layer, block, 1, h) + offset * row_bytes,
+                               row_bytes);
     }
   }
 }
@@ -115,7 +151,17 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
                               float* keys_by_dimension, int64_t key_stride, float* values) const {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
   const uint8_t* keys_in = storage_ + head_offset(layer, block, 0, kv_head);
-  if (type_ == DType::kF16) {
+  if (type_ == DType::kQ8_0) {
+    const Q8Plane keys = q8_plane(layer, block, 0, kv_head);
+    for (int d = 0; d < head_size_; ++d) {
+      const int8_t* column = keys.data + d * block_size_;
+      const uint16_t* scales = keys.scales + (d / kernels::kQ8Group) * block_size_;
+      for (int p = 0; p < count; ++p) {
+        keys_by_dimension[d * key_stride + p] =
+            static_cast<float>(column[p]) * f16_to_f32(scales[p]);
+      }
+    }
+  } else if (type_ == DType::kF16) {
     const uint16_t* key_columns = reinterpret_cast<const uint16_t*>(keys_in);
     for (int d = 0; d < head_size_; ++d) {
       kernels::f16_to_f32_row(key_columns + d * block_size_, keys_by_dimension + d * key_stride,
@@ -138,7 +184,10 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
   }
   const uint8_t* values_in = storage_ + head_offset(layer, block, 1, kv_head);
   const int64_t value_elements = static_cast<int64_t>(count) * head_size_;
-  if (type_ == DType::kF16) {
+  if (type_ == DType::kQ8_0) {
+    const Q8Plane plane = q8_plane(layer, block, 1, kv_head);
+    kernels::q8_to_f32_row(plane.data, plane.scales, values, value_elements);
+  } else if (type_ == DType::kF16) {
     kernels::f16_to_f32_row(reinterpret_cast<const uint16_t*>(values_in), values, value_elements);
   } else {
     std::memcpy(values, values_in, value_elements * sizeof(float));
@@ -155,6 +204,24 @@ const uint16_t* PagedKvCache::f16_values(int layer, int block, int kv_head) cons
   TACHYON_CHECK(type_ == DType::kF16 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 1, kv_head));
+}
+
+Q8Plane PagedKvCache::q8_plane(int layer, int block, int which, int kv_head) const {
+  const uint8_t* plane = storage_ + head_offset(layer, block, which, kv_head);
+  return {reinterpret_cast<const int8_t*>(plane),
+          reinterpret_cast<const uint16_t*>(plane + head_elements())};
+}
+
+Q8Plane PagedKvCache::q8_keys(int layer, int block, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kQ8_0 && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  return q8_plane(layer, block, 0, kv_head);
+}
+
+Q8Plane PagedKvCache::q8_values(int layer, int block, int kv_head) const {
+  TACHYON_CHECK(type_ == DType::kQ8_0 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  return q8_plane(layer, block, 1, kv_head);
 }
 
 }  // namespace tachyon

@@ -1,5 +1,6 @@
 // The tensors behind the paged KV cache: for every layer, keys and values of `num_blocks`
-// blocks of `block_size` token slots each, stored as f16 (default) or f32. Slot s of block b
+// blocks of `block_size` token slots each, stored as f16 (default), f32 or q8
+// (kv_cache_type.h). Slot s of block b
 // is cache row b * block_size + s. Which request owns which block is KvBlockPool's business;
 // this class only writes the rows it is given and reads blocks back.
 //
@@ -8,6 +9,8 @@
 // position-major:
 //   keys:   [num_kv_heads, head_size, block_size]
 //   values: [num_kv_heads, block_size, head_size]
+// q8 keeps each KV head's scales after its int8 values, laid out the same way with one scale
+// per 32 dimensions: keys' [head_size / 32, block_size], values' [block_size, head_size / 32].
 #pragma once
 
 #include <cstddef>
@@ -18,12 +21,14 @@
 #include "core/dtype.h"
 #include "core/huge_page_arena.h"
 #include "core/status.h"
+#include "kv_cache/q8_plane.h"
 
 namespace tachyon {
 
 class PagedKvCache {
  public:
-  // Fails when the memory cannot be reserved. Pages are touched only when written.
+  // Fails when the memory cannot be reserved or `type` cannot hold the heads
+  // (check_kv_cache_type). Pages are touched only when written.
   // `values_are_keys`: each slot's value is its key (MLA's cached latent), stored once: half
   // the memory; values are read from the keys (f16_values() has none).
   static Result<std::unique_ptr<PagedKvCache>> create(int num_layers, int num_kv_heads,
@@ -42,8 +47,8 @@ class PagedKvCache {
   bool values_are_keys() const { return values_are_keys_; }
 
   // Writes row i of keys/values (f32 [slots.size(), num_kv_heads * head_size]) into cache row
-  // slots[i] of `layer` (values unread when values_are_keys()). Calls for disjoint slots may
-  // run on several threads at once.
+  // slots[i] of `layer` (values unread when values_are_keys()), rounded to the cache's type.
+  // Calls for disjoint slots may run on several threads at once.
   void store(int layer, std::span<const int64_t> slots, const float* keys, const float* values);
   // Prefetches, for writing, the lines store(layer, slots, ...) will write (a token's keys
   // touch a line per dimension or two of every head, evicted since the previous step).
@@ -60,11 +65,15 @@ class PagedKvCache {
   // kF16.
   const uint16_t* f16_keys(int layer, int block, int kv_head) const;
   const uint16_t* f16_values(int layer, int block, int kv_head) const;
+  // The same for a q8 cache: int8 values with their scales (see the layout above).
+  Q8Plane q8_keys(int layer, int block, int kv_head) const;
+  Q8Plane q8_values(int layer, int block, int kv_head) const;
 
  private:
   PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks, int block_size,
                DType type, bool values_are_keys, std::unique_ptr<HugePageArena> arena,
                uint8_t* storage);
+  // Bytes of one value of an f16 or f32 cache.
   size_t element_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
   // Elements of one KV head's keys (or values) in one block.
   int64_t head_elements() const { return static_cast<int64_t>(head_size_) * block_size_; }
@@ -73,7 +82,13 @@ class PagedKvCache {
     const int64_t index =
         ((static_cast<int64_t>(layer) * num_blocks_ + block) * planes() + which) * num_kv_heads_ +
         kv_head;
-    return static_cast<size_t>(index * head_elements()) * element_bytes();
+    return static_cast<size_t>(index * head_bytes_);
+  }
+  // A q8 cache's keys (which = 0) or values (1) of a KV head in a block.
+  Q8Plane q8_plane(int layer, int block, int which, int kv_head) const;
+  uint16_t* q8_scales(int layer, int block, int which, int kv_head) {
+    return reinterpret_cast<uint16_t*>(storage_ + head_offset(layer, block, which, kv_head) +
+                                       head_elements());
   }
 
   int planes() const { return values_are_keys_ ? 1 : 2; }  // keys (and values) per block
@@ -85,7 +100,8 @@ class PagedKvCache {
   int block_size_;
   DType type_;
   bool values_are_keys_;
-  // f16 or f32 [layers, blocks, planes (keys, values), kv_heads, head_size × block_size], in 2 MiB
+  int64_t head_bytes_;  // of one KV head's keys (or values) in a block
+  // f16, f32 or q8 [layers, blocks, planes (keys, values), kv_heads, head_size × block_size], in 2 MiB
   // pages (each decode step reads a little of every layer's blocks: with 4 KiB pages, mostly
   // TLB misses).
   std::unique_ptr<HugePageArena> arena_;

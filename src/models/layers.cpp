@@ -7,6 +7,7 @@
 
 #include "core/aligned_allocator.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/llamacpp_arithmetic.h"
 
 namespace tachyon {
@@ -61,6 +62,13 @@ struct SpanRunState {
                                        scores.data(), span, running_max.data(),
                                        running_sum.data(), accumulator.data());
   }
+  // The same with keys and values as q8, read in place (kernels::attention_reads_q8 must hold).
+  void update(const float* queries, int64_t q_stride, int num_tokens, float scale,
+              const int* visible, const kernels::Q8SpanGroups& groups) {
+    kernels::attention_span_update_q8(queries, q_stride, num_tokens, group, head_size, scale,
+                                      visible, groups, scores.data(), span, running_max.data(),
+                                      running_sum.data(), accumulator.data());
+  }
   // Writes token i's normalised output to out + i * q_stride.
   void finish(int num_tokens, float* out, int64_t q_stride) const {
     for (int i = 0; i < num_tokens; ++i) {
@@ -70,6 +78,16 @@ struct SpanRunState {
     }
   }
 };
+
+// True when attention reads `cache`'s blocks in place (f16 or q8 keys and values, each stored
+// apart, in a layout the active kernel takes for heads of `head_size`).
+template <typename Cache>
+bool reads_in_place(const Cache& cache, int head_size) {
+  if (cache.values_are_keys()) return false;
+  if (cache.type() == DType::kF16) return kernels::attention_reads_f16(head_size);
+  if (cache.type() == DType::kQ8_0) return kernels::attention_reads_q8(head_size);
+  return false;
+}
 
 // A single run's query heads split evenly between the pool's threads, a KV head's between two
 // if need be (a row's result does not depend on which rows share a kernel call): whole KV
@@ -136,7 +154,29 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
       for (int i = 0; i < item_tokens; ++i) {
         visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
       }
-      if (head_data == nullptr) {
+      if (head_data == nullptr && cache.type() == DType::kQ8_0) {
+        // The span is one key block (keys and their scales), its groups of positions following
+        // each other; values and their scales as rows.
+        const Q8Plane keys = cache.q8_keys(layer, kv_head);
+        const Q8Plane values = cache.q8_values(layer, kv_head);
+        const int scales_per_row = head_size / kernels::kQ8Group;
+        const int8_t* key_groups[kGroupsPerSpan];
+        const uint16_t* key_scale_groups[kGroupsPerSpan];
+        const int8_t* value_groups[kGroupsPerSpan];
+        const uint16_t* value_scale_groups[kGroupsPerSpan];
+        for (int g = 0; g < kGroupsPerSpan; ++g) {
+          const int64_t first = span_start + g * kernels::kAttentionGroupPositions;
+          key_groups[g] = keys.data + static_cast<int64_t>(span_start) * head_size +
+                          g * kernels::kAttentionGroupPositions;
+          key_scale_groups[g] = keys.scales + static_cast<int64_t>(span_start) * scales_per_row +
+                                g * kernels::kAttentionGroupPositions;
+          value_groups[g] = values.data + first * head_size;
+          value_scale_groups[g] = values.scales + first * scales_per_row;
+        }
+        state.update(queries + offset, q_stride, item_tokens, shape.scale, visible,
+                     {key_groups, key_scale_groups, KvCache::kKeyBlock, value_groups,
+                      value_scale_groups});
+      } else if (head_data == nullptr) {
         // The span is one key block; its groups of positions follow each other.
         const uint16_t* keys =
             cache.f16_keys(layer, kv_head) + static_cast<int64_t>(span_start) * head_size;
@@ -158,9 +198,8 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
     }
     state.finish(item_tokens, out + offset, q_stride);
   };
-  if (runs == 1 && cache.type() == DType::kF16 && !cache.values_are_keys() &&
-      kernels::attention_reads_f16(head_size)) {
-    // Decoding from an f16 cache: nothing to widen, and the query heads split evenly.
+  if (runs == 1 && reads_in_place(cache, head_size)) {
+    // Decoding from an f16 or q8 cache: nothing to widen, and the query heads split evenly.
     return split_query_heads(pool, shape.num_heads, group,
                              [&](SpanRunState& state, int kv_head, int first_row, int rows) {
                                attend(state, kv_head, first_row, rows, 0, num_tokens, nullptr);
@@ -347,12 +386,11 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       }
     });
   }
-  // Runs of sequences not widened above read an f16 cache in place where the kernel can
+  // Runs of sequences not widened above read an f16 or q8 cache in place where the kernel can
   // (blocks of one group of positions each, values stored as such), or widen their blocks span
   // by span as they go.
-  const bool read_in_place = cache.type() == DType::kF16 && !cache.values_are_keys() &&
-                             block_size == kernels::kAttentionGroupPositions &&
-                             kernels::attention_reads_f16(head_size);
+  const bool read_in_place = block_size == kernels::kAttentionGroupPositions &&
+                             reads_in_place(cache, head_size);
   constexpr int kMaxGroups = kSpanPositions / kernels::kAttentionGroupPositions;
   // Folds a run's spans of a KV head into query heads [first_row, first_row + rows) of its
   // group and writes their outputs.
@@ -381,6 +419,25 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       for (int i = 0; i < run.num_tokens; ++i) {
         visible[i] =
             std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0, span_count);
+      }
+      if (head_spans == nullptr && read_in_place && cache.type() == DType::kQ8_0) {
+        const int8_t* key_groups[kMaxGroups];
+        const uint16_t* key_scale_groups[kMaxGroups];
+        const int8_t* value_groups[kMaxGroups];
+        const uint16_t* value_scale_groups[kMaxGroups];
+        for (int b = 0; b * block_size < span_count; ++b) {
+          const int block = sequence.block_table[span_start / block_size + b];
+          const Q8Plane keys = cache.q8_keys(layer, block, kv_head);
+          const Q8Plane values = cache.q8_values(layer, block, kv_head);
+          key_groups[b] = keys.data;
+          key_scale_groups[b] = keys.scales;
+          value_groups[b] = values.data;
+          value_scale_groups[b] = values.scales;
+        }
+        state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible,
+                     {key_groups, key_scale_groups, block_size, value_groups,
+                      value_scale_groups});
+        continue;
       }
       if (head_spans == nullptr && read_in_place) {
         const uint16_t* key_groups[kMaxGroups];

@@ -12,6 +12,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/reference/attention.h"
 
 namespace tachyon {
@@ -260,6 +261,123 @@ TEST_P(AttentionLevelTest, MatchesPortableBitForBit) {
   EXPECT_EQ(checked, 36);
   // Every head size at AVX-512; at AVX2 the multiples of 8 (all but 14 and 60).
   EXPECT_EQ(checked_f16, level == kernels::KernelLevel::kAvx512 ? 36 : 30);
+}
+
+// The kernels reading q8 in place (int8 and scales in groups of 16 positions, as both caches keep
+// them) give every row the bits the portable kernel gives on the same values widened to f32.
+TEST_P(AttentionLevelTest, Q8InPlaceMatchesPortableBitForBit) {
+  const kernels::KernelLevel level = GetParam();
+  if (!kernels::kernel_level_available(level)) {
+    GTEST_SKIP() << "this CPU lacks the level";
+  }
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal;
+  struct LevelCase {
+    int num_tokens, group, head_size, span;
+  };
+  int checked = 0;
+  for (const LevelCase c : {LevelCase{16, 3, 64, 128}, LevelCase{1, 3, 64, 128},
+                            LevelCase{1, 8, 128, 7}, LevelCase{7, 4, 128, 100},
+                            LevelCase{11, 1, 96, 200}, LevelCase{3, 5, 32, 17},
+                            LevelCase{2, 2, 192, 63}, LevelCase{13, 6, 256, 33}}) {
+    ASSERT_TRUE(kernels::attention_reads_q8_at_level(level, c.head_size));
+    const int64_t token_stride = static_cast<int64_t>(c.group) * c.head_size + 5;
+    std::vector<float> queries(static_cast<size_t>(c.num_tokens) * token_stride);
+    for (float& x : queries) x = normal(rng) * 2.0f;
+    // Each position's key and value rows quantized; the f32 copies are what they read back as.
+    const int group_positions = kernels::kAttentionGroupPositions;
+    const int num_groups = (c.span + group_positions - 1) / group_positions;
+    const int scales_per_row = c.head_size / kernels::kQ8Group;
+    const int64_t key_stride = c.span + 3;
+    std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * key_stride);
+    std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
+    // Groups stored in reverse order; positions past the span hold extreme bytes and NaN scales
+    // (they must not change a result).
+    const uint16_t f16_nan = 0x7e00;
+    const int64_t group_elements = static_cast<int64_t>(c.head_size) * group_positions;
+    const int64_t group_scales = static_cast<int64_t>(scales_per_row) * group_positions;
+    std::vector<int8_t> keys_q8(num_groups * group_elements, -128);
+    std::vector<int8_t> values_q8(keys_q8.size(), 127);
+    std::vector<uint16_t> key_scales(num_groups * group_scales, f16_nan);
+    std::vector<uint16_t> value_scales(key_scales.size(), f16_nan);
+    std::vector<const int8_t*> key_groups(num_groups), value_groups(num_groups);
+    std::vector<const uint16_t*> key_scale_groups(num_groups), value_scale_groups(num_groups);
+    std::vector<float> row(c.head_size), widened(c.head_size);
+    std::vector<int8_t> q(c.head_size);
+    std::vector<uint16_t> scales(scales_per_row);
+    for (int g = 0; g < num_groups; ++g) {
+      const int reversed = num_groups - 1 - g;
+      key_groups[g] = keys_q8.data() + reversed * group_elements;
+      value_groups[g] = values_q8.data() + reversed * group_elements;
+      key_scale_groups[g] = key_scales.data() + reversed * group_scales;
+      value_scale_groups[g] = value_scales.data() + reversed * group_scales;
+      for (int i = 0; i < group_positions && g * group_positions + i < c.span; ++i) {
+        const int p = g * group_positions + i;
+        for (int which = 0; which < 2; ++which) {
+          for (float& x : row) x = normal(rng) * (which == 0 ? 1.0f : 3.0f);
+          kernels::f32_to_q8_row(row.data(), q.data(), scales.data(), c.head_size);
+          kernels::q8_to_f32_row(q.data(), scales.data(), widened.data(), c.head_size);
+          for (int d = 0; d < c.head_size; ++d) {
+            if (which == 0) {
+              keys_q8[reversed * group_elements + d * group_positions + i] = q[d];
+              keys_by_dimension[d * key_stride + p] = widened[d];
+            } else {
+              values_q8[reversed * group_elements + i * c.head_size + d] = q[d];
+              values[static_cast<size_t>(p) * c.head_size + d] = widened[d];
+            }
+          }
+          for (int s = 0; s < scales_per_row; ++s) {
+            if (which == 0) {
+              key_scales[reversed * group_scales + s * group_positions + i] = scales[s];
+            } else {
+              value_scales[reversed * group_scales + i * scales_per_row + s] = scales[s];
+            }
+          }
+        }
+      }
+    }
+    const kernels::Q8SpanGroups span{key_groups.data(), key_scale_groups.data(), group_positions,
+                                     value_groups.data(), value_scale_groups.data()};
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      std::vector<int> visible(c.num_tokens);
+      for (int i = 0; i < c.num_tokens; ++i) {
+        visible[i] = pattern == 0   ? c.span
+                     : pattern == 1 ? std::clamp(c.span - c.num_tokens + i - 1, 0, c.span)
+                                    : static_cast<int>(rng() % (c.span + 1));
+      }
+      const int rows = c.num_tokens * c.group;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+      std::vector<float> results[2][3];
+      for (int l = 0; l < 2; ++l) {
+        std::vector<float> max1(rows, -INFINITY), sum1(rows, 0.0f);
+        std::vector<float> acc1(static_cast<size_t>(rows) * c.head_size, 0.0f);
+        std::vector<float> scores(static_cast<size_t>(rows) * c.span);
+        if (l == 0) {
+          kernels::attention_span_update_at_level(
+              kernels::KernelLevel::kReference, queries.data(), token_stride, c.num_tokens,
+              c.group, c.head_size, scale, visible.data(), keys_by_dimension.data(), key_stride,
+              values.data(), scores.data(), c.span, max1.data(), sum1.data(), acc1.data());
+        } else {
+          kernels::attention_span_update_q8_at_level(
+              level, queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+              visible.data(), span, scores.data(), c.span, max1.data(), sum1.data(),
+              acc1.data());
+        }
+        results[l][0] = max1;
+        results[l][1] = sum1;
+        results[l][2] = acc1;
+      }
+      for (int part = 0; part < 3; ++part) {
+        EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[1][part].data(),
+                                 results[0][part].size() * sizeof(float)))
+            << "tokens " << c.num_tokens << " group " << c.group << " head " << c.head_size
+            << " span " << c.span << " pattern " << pattern << " part " << part;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 24);
+  EXPECT_FALSE(kernels::attention_reads_q8_at_level(level, 48));  // not whole groups of 32
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, AttentionLevelTest,

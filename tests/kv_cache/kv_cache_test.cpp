@@ -12,17 +12,34 @@
 
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/convert.h"
+#include "kv_cache/kv_cache_type.h"
 #include "kv_cache/paged_kv_cache.h"
 
 namespace tachyon {
 namespace {
 
+// `data` as a cache of `type` stores it: f16 rounds each value, q8 each run of 32 (rows of whole
+// heads of a multiple of 32 values), f32 keeps it.
+std::vector<float> as_stored(DType type, std::vector<float> data) {
+  if (type == DType::kF16) {
+    for (float& x : data) x = round_to_f16(x);
+  } else if (type == DType::kQ8_0) {
+    std::vector<int8_t> q(data.size());
+    std::vector<uint16_t> scales(data.size() / kernels::kQ8Group);
+    kernels::f32_to_q8_row(data.data(), q.data(), scales.data(), static_cast<int64_t>(data.size()));
+    kernels::q8_to_f32_row(q.data(), scales.data(), data.data(), static_cast<int64_t>(data.size()));
+  }
+  return data;
+}
+
 TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
-  for (DType type : {DType::kF16, DType::kF32}) {
-    // Heads of a usual and of an odd, wide size.
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+    // Heads of a usual and of an odd, wide size (q8: whole groups of 32 values).
     for (int head_size : {64, 300}) {
+      if (type == DType::kQ8_0 && head_size % 32 != 0) continue;
       const int num_kv_heads = 2;
       const int kv_size = num_kv_heads * head_size;
       // Past one key block (KvCache::kKeyBlock positions), not a whole number of them.
@@ -45,6 +62,8 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
       store(201, capacity - 201);
       cache.prefetch_store(2, capacity - 1, 1);  // the last line of the cache
       cache.prefetch_store(0, 0, capacity);
+      const std::vector<float> stored_keys_f32 = as_stored(type, keys);
+      const std::vector<float> stored_values_f32 = as_stored(type, values);
       for (int kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
         std::vector<float> head_keys(static_cast<size_t>(capacity) * head_size);
         std::vector<float> head_values(head_keys.size());
@@ -52,10 +71,8 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
         for (int p = 0; p < capacity; ++p) {
           for (int d = 0; d < head_size; ++d) {
             const size_t i = static_cast<size_t>(p) * kv_size + kv_head * head_size + d;
-            const float key = type == DType::kF16 ? round_to_f16(keys[i]) : keys[i];
-            const float value = type == DType::kF16 ? round_to_f16(values[i]) : values[i];
-            ASSERT_EQ(head_keys[static_cast<size_t>(p) * head_size + d], key);
-            ASSERT_EQ(head_values[static_cast<size_t>(p) * head_size + d], value);
+            ASSERT_EQ(head_keys[static_cast<size_t>(p) * head_size + d], stored_keys_f32[i]);
+            ASSERT_EQ(head_values[static_cast<size_t>(p) * head_size + d], stored_values_f32[i]);
           }
         }
         // The layout kernels read in place (f16 only): key blocks transposed, value rows.
@@ -71,6 +88,30 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
               ASSERT_EQ(stored_keys[key_at], f32_to_f16(keys[i]));
               ASSERT_EQ(stored_values[static_cast<size_t>(p) * head_size + d],
                         f32_to_f16(values[i]));
+            }
+          }
+        }
+        // q8: int8 values in the f16 layout, scales per 32 dimensions beside them, each value
+        // reading back as q * scale.
+        if (type == DType::kQ8_0) {
+          const Q8Plane stored_keys = cache.q8_keys(2, kv_head);
+          const Q8Plane stored_values = cache.q8_values(2, kv_head);
+          const int block = KvCache::kKeyBlock;
+          const int groups = head_size / 32;
+          for (int p = 0; p < capacity; ++p) {
+            for (int d = 0; d < head_size; ++d) {
+              const size_t i = static_cast<size_t>(p) * kv_size + kv_head * head_size + d;
+              const size_t key_at = (static_cast<size_t>(p / block) * head_size + d) * block +
+                                    p % block;
+              const size_t key_scale_at =
+                  (static_cast<size_t>(p / block) * groups + d / 32) * block + p % block;
+              ASSERT_EQ(static_cast<float>(stored_keys.data[key_at]) *
+                            f16_to_f32(stored_keys.scales[key_scale_at]),
+                        stored_keys_f32[i]);
+              const size_t value_at = static_cast<size_t>(p) * head_size + d;
+              ASSERT_EQ(static_cast<float>(stored_values.data[value_at]) *
+                            f16_to_f32(stored_values.scales[value_at / 32]),
+                        stored_values_f32[i]);
             }
           }
         }
@@ -105,7 +146,7 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
 TEST(KvCacheTest, ThreadsStoringDisjointPositionsAtOnce) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  for (DType type : {DType::kF16, DType::kF32}) {
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
     const int num_kv_heads = 3;
     const int head_size = 64;
     const int kv_size = num_kv_heads * head_size;
@@ -140,9 +181,10 @@ TEST(KvCacheTest, ThreadsStoringDisjointPositionsAtOnce) {
 TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  for (DType type : {DType::kF16, DType::kF32}) {
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
     const int num_kv_heads = 2;
-    const int head_size = 72;  // rows of f16 values not a whole number of lines
+    // Rows of values not a whole number of lines (q8: whole groups of 32).
+    const int head_size = type == DType::kQ8_0 ? 96 : 72;
     const int kv_size = num_kv_heads * head_size;
     const int block_size = 16;
     auto created = PagedKvCache::create(2, num_kv_heads, head_size, 4, block_size, type);
@@ -156,6 +198,8 @@ TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
     for (float& x : values) x = normal(rng);
     cache.prefetch_store(1, slots);
     cache.store(1, slots, keys.data(), values.data());
+    const std::vector<float> stored_keys = as_stored(type, keys);
+    const std::vector<float> stored_values = as_stored(type, values);
     for (size_t i = 0; i < slots.size(); ++i) {
       const int block = static_cast<int>(slots[i] / block_size);
       const int offset = static_cast<int>(slots[i] % block_size);
@@ -166,10 +210,9 @@ TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
                          block_values.data());
         for (int d = 0; d < head_size; ++d) {
           const size_t at = i * kv_size + h * head_size + d;
-          const float key = type == DType::kF16 ? round_to_f16(keys[at]) : keys[at];
-          const float value = type == DType::kF16 ? round_to_f16(values[at]) : values[at];
-          ASSERT_EQ(block_keys[static_cast<size_t>(d) * block_size + offset], key);
-          ASSERT_EQ(block_values[static_cast<size_t>(offset) * head_size + d], value);
+          ASSERT_EQ(block_keys[static_cast<size_t>(d) * block_size + offset], stored_keys[at]);
+          ASSERT_EQ(block_values[static_cast<size_t>(offset) * head_size + d],
+                    stored_values[at]);
         }
       }
     }
@@ -181,8 +224,9 @@ TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
 TEST(PagedKvCacheTest, ValuesThatAreTheKeysAreStoredOnce) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
-  for (DType type : {DType::kF16, DType::kF32}) {
-    const int head_size = 40;  // a tiny latent of 32 + 8
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+    // A tiny latent of 32 + 8 (q8: of 32 + 32).
+    const int head_size = type == DType::kQ8_0 ? 64 : 40;
     const int block_size = 16;
     EXPECT_EQ(PagedKvCache::block_bytes(3, head_size, block_size, type, true) * 2,
               PagedKvCache::block_bytes(3, head_size, block_size, type, false));
@@ -198,10 +242,8 @@ TEST(PagedKvCacheTest, ValuesThatAreTheKeysAreStoredOnce) {
     for (int i = 0; i < 2 * block_size; ++i) slots[i] = 2 * block_size + i;  // blocks 2 and 3
     paged.store(2, slots, latents.data(), nullptr);
     single.store(2, 0, 70, latents.data(), nullptr);
-    auto stored = [&](int p, int d) {
-      const float x = latents[static_cast<size_t>(p) * head_size + d];
-      return type == DType::kF16 ? round_to_f16(x) : x;
-    };
+    const std::vector<float> stored_latents = as_stored(type, latents);
+    auto stored = [&](int p, int d) { return stored_latents[static_cast<size_t>(p) * head_size + d]; };
     std::vector<float> keys(static_cast<size_t>(head_size) * block_size);
     std::vector<float> values(keys.size());
     paged.load_block(2, 0, 3, block_size, keys.data(), block_size, values.data());
@@ -225,6 +267,26 @@ TEST(PagedKvCacheTest, ValuesThatAreTheKeysAreStoredOnce) {
       }
     }
   }
+}
+
+// q8 takes 34 bytes per 32 values (f16: 64) and only heads of whole groups of 32: others are
+// refused with an error that names both sizes, never a crash.
+TEST(PagedKvCacheTest, Q8HalvesTheBytesAndRefusesOddHeads) {
+  EXPECT_EQ(PagedKvCache::block_bytes(30, 192, 16, DType::kQ8_0) * 64,
+            PagedKvCache::block_bytes(30, 192, 16, DType::kF16) * 34);
+  EXPECT_EQ(KvCache(2, 3, 64, 256, DType::kQ8_0).bytes() * 64,
+            KvCache(2, 3, 64, 256, DType::kF16).bytes() * 34);
+  auto odd = PagedKvCache::create(2, 1, 40, 4, 16, DType::kQ8_0);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(odd.status().message().find("multiple of 32 values; this model's hold 40"),
+            std::string::npos)
+      << odd.status().message();
+  EXPECT_TRUE(check_kv_cache_type(DType::kQ8_0, 576).ok());  // DeepSeek's latent + RoPE keys
+  ASSERT_TRUE(parse_kv_cache_type("q8").ok());
+  EXPECT_EQ(*parse_kv_cache_type("q8"), DType::kQ8_0);
+  EXPECT_FALSE(parse_kv_cache_type("q4").ok());
+  EXPECT_EQ(kv_cache_type_name(DType::kQ8_0), "q8");
 }
 
 TEST(PagedKvCacheTest, TooLargeACacheIsAnErrorNotACrash) {

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 
 #include "core/paths.h"
+#include "kv_cache/kv_cache_type.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
 #include "engine_test_util.h"
@@ -106,13 +108,18 @@ TEST(EngineTest, FinishedRequestLeavesTheGaugesBeforeItsLastOutput) {
   }
 }
 
+// The tests below hold for each KV cache type: f16, and q8 read in place by the attention
+// kernels for decode tokens and widened for prompt chunks.
+class EngineCacheTypeTest : public testing::TestWithParam<DType> {};
+
 // A request's greedy tokens are the same alone and inside a batch of 16 mixed requests (long
 // prompts being prefilled in chunks while others decode).
-TEST(EngineTest, BatchInvariance) {
+TEST_P(EngineCacheTypeTest, BatchInvariance) {
   LoadedModel& loaded = default_model();
   ASSERT_TRUE(loaded.model);
   ThreadPool pool(2);
   EngineOptions options;
+  options.kv_cache_type = GetParam();
   options.kv_cache_bytes = 256 << 20;
   options.max_batch_tokens = 64;
   options.enable_prefix_cache = false;  // every run computes everything
@@ -141,11 +148,12 @@ TEST(EngineTest, BatchInvariance) {
 
 // A prompt whose start is cached reuses those blocks and gives the same tokens as a cold run;
 // a different cache salt does not share them.
-TEST(EngineTest, PrefixCacheHitGivesTheSameTokens) {
+TEST_P(EngineCacheTypeTest, PrefixCacheHitGivesTheSameTokens) {
   LoadedModel& loaded = default_model();
   ASSERT_TRUE(loaded.model);
   ThreadPool pool(2);
   EngineOptions options;
+  options.kv_cache_type = GetParam();
   options.kv_cache_bytes = 64 << 20;
   std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
   ASSERT_TRUE(engine);
@@ -174,6 +182,12 @@ TEST(EngineTest, PrefixCacheHitGivesTheSameTokens) {
   EXPECT_GT(metrics.kv_blocks_cached, 0);
   expect_pool_back_to_full(*engine);
 }
+
+INSTANTIATE_TEST_SUITE_P(CacheTypes, EngineCacheTypeTest,
+                         testing::Values(DType::kF16, DType::kQ8_0),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(kv_cache_type_name(info.param));
+                         });
 
 // With too little KV memory for everyone, requests are preempted and recomputed later; each
 // still produces exactly the tokens it produces alone.

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernel_level.h"
 
@@ -328,6 +329,43 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
   attention_span_update_f16_at_level(level, queries, token_stride, num_tokens, group, head_size,
                                      scale, visible, key_groups, key_stride, value_groups, scores,
                                      score_stride, running_max, running_sum, accumulator);
+}
+
+bool attention_reads_q8_at_level(KernelLevel level, int head_size) {
+  return head_size % kQ8Group == 0 && attention_reads_f16_at_level(level, head_size);
+}
+
+bool attention_reads_q8(int head_size) {
+  static const KernelLevel level = active_kernel_level();
+  return attention_reads_q8_at_level(level, head_size);
+}
+
+void attention_span_update_q8_at_level(KernelLevel level, const float* queries,
+                                       int64_t token_stride, int num_tokens, int group,
+                                       int head_size, float scale, const int* visible,
+                                       const Q8SpanGroups& span, float* scores,
+                                       int64_t score_stride, float* running_max,
+                                       float* running_sum, float* accumulator) {
+  TACHYON_CHECK(kernel_level_available(level) && attention_reads_q8_at_level(level, head_size));
+  note_family_level(KernelFamily::kAttention, level);
+  if (level == KernelLevel::kAvx512) {
+    return avx512::attention_span_update_q8(queries, token_stride, num_tokens, group, head_size,
+                                            scale, visible, span, scores, score_stride,
+                                            running_max, running_sum, accumulator);
+  }
+  avx2::attention_span_update_q8(queries, token_stride, num_tokens, group, head_size, scale,
+                                 visible, span, scores, score_stride, running_max, running_sum,
+                                 accumulator);
+}
+
+void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
+                              int group, int head_size, float scale, const int* visible,
+                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
+                              float* running_max, float* running_sum, float* accumulator) {
+  static const KernelLevel level = active_kernel_level();
+  attention_span_update_q8_at_level(level, queries, token_stride, num_tokens, group, head_size,
+                                    scale, visible, span, scores, score_stride, running_max,
+                                    running_sum, accumulator);
 }
 
 void attention_block_update(const float* queries, int group, int head_size, float scale,

@@ -57,6 +57,27 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                int64_t score_stride, float* running_max, float* running_sum,
                                float* accumulator);
 
+// Keys and values of a span stored 8-bit (int8 with an f16 scale per 32 dimensions of a
+// position: kernels/cpu/convert.h's q8), in groups of kAttentionGroupPositions positions, each
+// group anywhere, read in place:
+struct Q8SpanGroups {
+  const int8_t* const* keys;            // per group: int8 [head_size, key_stride]
+  const uint16_t* const* key_scales;    // per group: f16 [head_size / 32, key_stride]
+  int64_t key_stride;                   // >= kAttentionGroupPositions
+  const int8_t* const* values;          // per group: int8 [kAttentionGroupPositions, head_size]
+  const uint16_t* const* value_scales;  // per group: f16 [kAttentionGroupPositions, head_size / 32]
+};
+
+// attention_span_update over such a span, each value widened (q * scale, exact in f32) as it is
+// loaded: the same bits as widening the span first and calling attention_span_update. Only where
+// attention_reads_q8(head_size) holds (the AVX-512 and AVX2 kernels, head sizes a multiple of
+// 32); elsewhere callers widen.
+bool attention_reads_q8(int head_size);
+void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
+                              int group, int head_size, float scale, const int* visible,
+                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
+                              float* running_max, float* running_sum, float* accumulator);
+
 // out = accumulator / running_sum, per head. out: f32 [group, head_size]
 void attention_finish(const float* accumulator, const float* running_sum, int group,
                       int head_size, float* out);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
 namespace tachyon::kernels {
@@ -32,6 +33,15 @@ void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
                                         int64_t score_stride, float* running_max,
                                         float* running_sum, float* accumulator);
 
+// attention_span_update_q8 at an explicit level whose kernel reads q8.
+bool attention_reads_q8_at_level(KernelLevel level, int head_size);
+void attention_span_update_q8_at_level(KernelLevel level, const float* queries,
+                                       int64_t token_stride, int num_tokens, int group,
+                                       int head_size, float scale, const int* visible,
+                                       const Q8SpanGroups& span, float* scores,
+                                       int64_t score_stride, float* running_max,
+                                       float* running_sum, float* accumulator);
+
 // Each level's hand-written kernel (cpu/avx512/, cpu/avx2/), built with its own -m flags.
 #define TACHYON_LEVEL_ATTENTION_KERNELS                                                        \
   /* True when this level's kernel handles heads of `head_size`. */                            \
@@ -49,7 +59,12 @@ void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
                                  const uint16_t* const* key_groups, int64_t key_stride,        \
                                  const uint16_t* const* value_groups, float* scores,           \
                                  int64_t score_stride, float* running_max, float* running_sum, \
-                                 float* accumulator);
+                                 float* accumulator);                                          \
+  /* The same with keys and values as q8 (kernels::attention_span_update_q8). */               \
+  void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,    \
+                                int group, int head_size, float scale, const int* visible,     \
+                                const Q8SpanGroups& span, float* scores, int64_t score_stride, \
+                                float* running_max, float* running_sum, float* accumulator);
 namespace avx2 {
 TACHYON_LEVEL_ATTENTION_KERNELS
 }  // namespace avx2

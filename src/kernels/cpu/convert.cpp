@@ -2,7 +2,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/half.h"
+#include "core/check.h"
 #include "kernels/cpu/kernel_level.h"
 
 namespace tachyon::kernels {
@@ -45,6 +49,31 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   if (use_f16c()) return f16_to_f32_f16c(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+void f32_to_q8_row(const float* src, int8_t* dst, uint16_t* scales, int64_t n) {
+  TACHYON_CHECK(n % kQ8Group == 0);
+  for (int64_t g = 0; g < n / kQ8Group; ++g) {
+    const float* x = src + g * kQ8Group;
+    float amax = 0.0f;
+    for (int i = 0; i < kQ8Group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    scales[g] = f32_to_f16(d);
+    for (int i = 0; i < kQ8Group; ++i) {
+      dst[g * kQ8Group + i] = static_cast<int8_t>(std::round(x[i] * inverse));
+    }
+  }
+}
+
+void q8_to_f32_row(const int8_t* src, const uint16_t* scales, float* dst, int64_t n) {
+  TACHYON_CHECK(n % kQ8Group == 0);
+  for (int64_t g = 0; g < n / kQ8Group; ++g) {
+    const float d = f16_to_f32(scales[g]);
+    for (int i = 0; i < kQ8Group; ++i) {
+      dst[g * kQ8Group + i] = static_cast<float>(src[g * kQ8Group + i]) * d;
+    }
+  }
 }
 
 }  // namespace tachyon::kernels

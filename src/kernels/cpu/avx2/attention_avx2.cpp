@@ -4,8 +4,9 @@
 // the same bits at every level, with register tiles sized for AVX2's 16 vector registers:
 // 4 query rows x 24 positions of scores, or 4 rows x 24 output dimensions, per pass (12
 // accumulators, 3 loaded vectors and a broadcast). Each key or value vector loaded serves 4 rows.
-// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
-// bits widened as they are loaded (exactly, so the same bits as widening them first).
+// Keys and values come as f32 or, straight from an f16 or q8 cache (contiguous or paged), as
+// f16 bits or int8 times their scale, widened as they are loaded (exactly, so the same bits as
+// widening them first).
 
 #include <immintrin.h>
 
@@ -14,6 +15,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/fast_exp.h"
 
 namespace tachyon::kernels::avx2 {
@@ -35,12 +37,17 @@ constexpr int kAlignment = 32;  // of the pre-scaled queries: one vector
 //   key_vector(p): dimension 0 of positions [p, p + 8) (p a multiple of 8), dimension d
 //                  key_stride elements on;
 //   value_row(p):  position p's head_size values.
-// Contiguous f32 (widened spans), or f16 groups of 16 positions anywhere (an f16 cache's
-// blocks, in place). f16 keys are read 8 at a time without a mask (AVX2 has no masked 16-bit
-// load): a group always holds room for its 16 positions (key_stride >= 16), and lanes past the
-// span's positions are never stored.
+// Contiguous f32 (widened spans), or f16 or q8 groups of 16 positions anywhere (a cache's
+// blocks, in place). f16 and q8 keys are read 8 at a time without a mask (AVX2 has no masked
+// 8- or 16-bit load): a group always holds room for its 16 positions (key_stride >= 16), and
+// lanes past the span's positions are never stored.
+// q8 sources (kScaled) also give each value's scale, one per kQ8Group dimensions of a position:
+//   key_scale_vector(p): scales of dimensions [0, 32) of positions [p, p + 8), of [32, 64)
+//                        key_stride on;
+//   value_scales(p):     position p's head_size / 32 scales.
 struct ContiguousF32 {
   using Element = float;
+  static constexpr bool kScaled = false;
   const float* keys;  // f32 [head_size, key_stride]
   int64_t key_stride;
   const float* values;  // f32 [positions, head_size]
@@ -50,6 +57,7 @@ struct ContiguousF32 {
 };
 struct GroupedF16 {
   using Element = uint16_t;
+  static constexpr bool kScaled = false;
   const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
   int64_t key_stride;
   const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
@@ -57,6 +65,23 @@ struct GroupedF16 {
   const uint16_t* key_vector(int p) const { return key_groups[p / kSumLanes] + p % kSumLanes; }
   const uint16_t* value_row(int p) const {
     return value_groups[p / kSumLanes] + static_cast<int64_t>(p % kSumLanes) * head_size;
+  }
+};
+struct GroupedQ8 {
+  using Element = int8_t;
+  static constexpr bool kScaled = true;
+  const Q8SpanGroups& span;
+  int64_t key_stride;
+  int head_size;
+  const int8_t* key_vector(int p) const { return span.keys[p / kSumLanes] + p % kSumLanes; }
+  const uint16_t* key_scale_vector(int p) const {
+    return span.key_scales[p / kSumLanes] + p % kSumLanes;
+  }
+  const int8_t* value_row(int p) const {
+    return span.values[p / kSumLanes] + static_cast<int64_t>(p % kSumLanes) * head_size;
+  }
+  const uint16_t* value_scales(int p) const {
+    return span.value_scales[p / kSumLanes] + (p % kSumLanes) * (head_size / kQ8Group);
   }
 };
 
@@ -73,10 +98,31 @@ TACHYON_INLINE __m256 load_keys(__m256i mask, const float* p) {
 TACHYON_INLINE __m256 load_keys(__m256i, const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+// q8's int8 keys, unscaled (q8 sources multiply by their scale), all lanes read.
+TACHYON_INLINE __m256 load_keys(__m256i, const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 // 8 whole values (head sizes are multiples of 8 here).
 TACHYON_INLINE __m256 load_values(const float* p) { return _mm256_loadu_ps(p); }
 TACHYON_INLINE __m256 load_values(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TACHYON_INLINE __m256 load_values(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Position p's values of dimensions [d0, d0 + 8 * kVectors) from `source`, widened.
+template <int kVectors, typename Source>
+TACHYON_INLINE void load_value_vectors(const Source& source, int p, int d0, __m256* value) {
+  const typename Source::Element* v = source.value_row(p) + d0;
+  for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
+  if constexpr (Source::kScaled) {
+    const uint16_t* scales = source.value_scales(p);
+    for (int j = 0; j < kVectors; ++j) {
+      value[j] = _mm256_mul_ps(value[j],
+                               _mm256_set1_ps(_cvtsh_ss(scales[(d0 + j * kLanes) / kQ8Group])));
+    }
+  }
 }
 
 // exp_nonpositive_fused (fast_exp.h) on 8 lanes: the same operations, each rounded alike.
@@ -131,15 +177,27 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& sour
   }
   const typename Source::Element* k[kVectors];
   for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 + j * kLanes);
-  for (int d = 0; d < head_size; ++d) {
-    __m256 key[kVectors];
-    for (int j = 0; j < kVectors; ++j) {
-      key[j] = load_keys(mask[j], k[j]);
-      k[j] += source.key_stride;
+  // Dimensions in runs that share a scale (q8: 32; otherwise the whole head).
+  const int run = Source::kScaled ? kQ8Group : head_size;
+  for (int d0 = 0; d0 < head_size; d0 += run) {
+    __m256 key_scale[kVectors];
+    if constexpr (Source::kScaled) {
+      for (int j = 0; j < kVectors; ++j) {
+        key_scale[j] = load_values(source.key_scale_vector(p0 + j * kLanes) +
+                                   d0 / kQ8Group * source.key_stride);
+      }
     }
-    for (int r = 0; r < kRows; ++r) {
-      const __m256 qd = _mm256_broadcast_ss(q + r * head_size + d);
-      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_fmadd_ps(qd, key[j], acc[r][j]);
+    for (int d = d0; d < d0 + run; ++d) {
+      __m256 key[kVectors];
+      for (int j = 0; j < kVectors; ++j) {
+        key[j] = load_keys(mask[j], k[j]);
+        if constexpr (Source::kScaled) key[j] = _mm256_mul_ps(key[j], key_scale[j]);
+        k[j] += source.key_stride;
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const __m256 qd = _mm256_broadcast_ss(q + r * head_size + d);
+        for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_fmadd_ps(qd, key[j], acc[r][j]);
+      }
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -228,9 +286,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
   }
   int p = 0;
   for (; p < common; ++p) {  // every row of the tile sees p
-    const typename Source::Element* v = source.value_row(p) + d0;
     __m256 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
+    load_value_vectors<kVectors>(source, p, d0, value);
     for (int r = 0; r < kRows; ++r) {
       const __m256 weight = _mm256_broadcast_ss(weights[r] + p);
       for (int j = 0; j < kVectors; ++j)
@@ -238,9 +295,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
     }
   }
   for (; p < most; ++p) {  // only the rows that see this far
-    const typename Source::Element* v = source.value_row(p) + d0;
     __m256 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
+    load_value_vectors<kVectors>(source, p, d0, value);
     for (int r = 0; r < kRows; ++r) {
       if (p >= visible[r]) continue;
       const __m256 weight = _mm256_broadcast_ss(weights[r] + p);
@@ -306,6 +362,15 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                int64_t score_stride, float* running_max, float* running_sum,
                                float* accumulator) {
   const GroupedF16 source{key_groups, key_stride, value_groups, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
+}
+
+void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
+                              int group, int head_size, float scale, const int* visible,
+                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
+                              float* running_max, float* running_sum, float* accumulator) {
+  const GroupedQ8 source{span, span.key_stride, head_size};
   span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
               score_stride, running_max, running_sum, accumulator);
 }

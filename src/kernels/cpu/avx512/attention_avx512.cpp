@@ -3,8 +3,9 @@
 // the same exp, lane sums and rescaling), so each row's result is the same bits either way, but
 // with register tiles sized for 32 vector registers: 6 query rows x 64 positions of scores, or
 // 6 rows x 64 output dimensions, per pass. Each key or value vector loaded serves 6 rows.
-// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
-// bits widened as they are loaded (exactly, so the same bits as widening them first).
+// Keys and values come as f32 or, straight from an f16 or q8 cache (contiguous or paged), as
+// f16 bits or int8 times their scale, widened as they are loaded (exactly, so the same bits as
+// widening them first).
 
 // GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
 // uninitialized (GCC bug 105593); that is their purpose.
@@ -21,6 +22,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/fast_exp.h"
 
 namespace tachyon::kernels::avx512 {
@@ -43,13 +45,21 @@ TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const float* p) {
 TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
 }
+// q8's int8 values, unscaled (q8 sources multiply by their scale).
+TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, p)));
+}
 
 // Where a span's keys and values are, positions in groups of 16 (one vector each):
 //   key_vector(g): dimension 0 of group g's positions, dimension d key_stride elements on;
 //   value_row(p):  position p's head_size values.
-// Contiguous f32 (widened spans), or f16 groups anywhere (an f16 cache's blocks, in place).
+// Contiguous f32 (widened spans), or f16 or q8 groups anywhere (a cache's blocks, in place).
+// q8 sources (kScaled) also give each value's scale, one per kQ8Group dimensions of a position:
+//   key_scale_vector(g): group g's scales of dimensions [0, 32), of [32, 64) key_stride on;
+//   value_scales(p):     position p's head_size / 32 scales.
 struct ContiguousF32 {
   using Element = float;
+  static constexpr bool kScaled = false;
   const float* keys;  // f32 [head_size, key_stride]
   int64_t key_stride;
   const float* values;  // f32 [positions, head_size]
@@ -59,6 +69,7 @@ struct ContiguousF32 {
 };
 struct GroupedF16 {
   using Element = uint16_t;
+  static constexpr bool kScaled = false;
   const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
   int64_t key_stride;
   const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
@@ -68,6 +79,36 @@ struct GroupedF16 {
     return value_groups[p / kLanes] + static_cast<int64_t>(p % kLanes) * head_size;
   }
 };
+struct GroupedQ8 {
+  using Element = int8_t;
+  static constexpr bool kScaled = true;
+  const Q8SpanGroups& span;
+  int64_t key_stride;
+  int head_size;
+  const int8_t* key_vector(int g) const { return span.keys[g]; }
+  const uint16_t* key_scale_vector(int g) const { return span.key_scales[g]; }
+  const int8_t* value_row(int p) const {
+    return span.values[p / kLanes] + static_cast<int64_t>(p % kLanes) * head_size;
+  }
+  const uint16_t* value_scales(int p) const {
+    return span.value_scales[p / kLanes] + (p % kLanes) * (head_size / kQ8Group);
+  }
+};
+
+// Position p's values of dimensions [d0, d0 + 16 * kVectors) from `source`, widened.
+template <int kVectors, typename Source>
+TACHYON_INLINE void load_values(const Source& source, int p, int d0, const __mmask16* mask,
+                                __m512* value) {
+  const typename Source::Element* v = source.value_row(p) + d0;
+  for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
+  if constexpr (Source::kScaled) {
+    const uint16_t* scales = source.value_scales(p);
+    for (int j = 0; j < kVectors; ++j) {
+      value[j] = _mm512_mul_ps(value[j],
+                               _mm512_set1_ps(_cvtsh_ss(scales[(d0 + j * kLanes) / kQ8Group])));
+    }
+  }
+}
 
 // Lanes [0, count) of a vector (count may be <= 0 or > 16).
 TACHYON_INLINE __mmask16 first_lanes(int count) {
@@ -124,15 +165,27 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& sour
   }
   const typename Source::Element* k[kVectors];
   for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 / kLanes + j);
-  for (int d = 0; d < head_size; ++d) {
-    __m512 key[kVectors];
-    for (int j = 0; j < kVectors; ++j) {
-      key[j] = load_lanes(mask[j], k[j]);
-      k[j] += source.key_stride;
+  // Dimensions in runs that share a scale (q8: 32; otherwise the whole head).
+  const int run = Source::kScaled ? kQ8Group : head_size;
+  for (int d0 = 0; d0 < head_size; d0 += run) {
+    __m512 key_scale[kVectors];
+    if constexpr (Source::kScaled) {
+      for (int j = 0; j < kVectors; ++j) {
+        key_scale[j] = load_lanes(mask[j], source.key_scale_vector(p0 / kLanes + j) +
+                                               d0 / kQ8Group * source.key_stride);
+      }
     }
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
-      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
+    for (int d = d0; d < d0 + run; ++d) {
+      __m512 key[kVectors];
+      for (int j = 0; j < kVectors; ++j) {
+        key[j] = load_lanes(mask[j], k[j]);
+        if constexpr (Source::kScaled) key[j] = _mm512_mul_ps(key[j], key_scale[j]);
+        k[j] += source.key_stride;
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
+        for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
+      }
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -211,9 +264,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
   }
   int p = 0;
   for (; p < common; ++p) {  // every row of the tile sees p
-    const typename Source::Element* v = source.value_row(p) + d0;
     __m512 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
+    load_values<kVectors>(source, p, d0, mask, value);
     for (int r = 0; r < kRows; ++r) {
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
       for (int j = 0; j < kVectors; ++j)
@@ -221,9 +273,8 @@ TACHYON_INLINE void accumulate_tile(float* const* weights, const int* visible, i
     }
   }
   for (; p < most; ++p) {  // only the rows that see this far
-    const typename Source::Element* v = source.value_row(p) + d0;
     __m512 value[kVectors];
-    for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
+    load_values<kVectors>(source, p, d0, mask, value);
     for (int r = 0; r < kRows; ++r) {
       if (p >= visible[r]) continue;
       const __m512 weight = _mm512_set1_ps(weights[r][p]);
@@ -294,6 +345,15 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                int64_t score_stride, float* running_max, float* running_sum,
                                float* accumulator) {
   const GroupedF16 source{key_groups, key_stride, value_groups, head_size};
+  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+              score_stride, running_max, running_sum, accumulator);
+}
+
+void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
+                              int group, int head_size, float scale, const int* visible,
+                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
+                              float* running_max, float* running_sum, float* accumulator) {
+  const GroupedQ8 source{span, span.key_stride, head_size};
   span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
               score_stride, running_max, running_sum, accumulator);
 }
