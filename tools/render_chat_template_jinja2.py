@@ -8,7 +8,7 @@ Command line mirrors `tachyon template`:
       [--add-generation-prompt] [--tools FILE.json] [--bos TEXT] [--eos TEXT] [--context JSON]
 prints the rendered text with no added newline; on a template error prints it on stderr, exit 1.
 
-Import `render()` to use it as a library (tests/tokenizer/compare_chat_templates.py does).
+Import `render()` to use it as a library (tests/chat/compare_chat_templates.py does).
 """
 
 import argparse

@@ -11,7 +11,7 @@
 #include "core/thread_pool.h"
 #include "cli/model_path.h"
 #include "models/decoder_model.h"
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon::cli {

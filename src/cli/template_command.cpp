@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_path.h"
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 
 namespace tachyon::cli {
 namespace {

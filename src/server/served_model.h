@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {

@@ -1,12 +1,12 @@
-#include "tokenizer/jinja/jinja_lexer.h"
+#include "chat/jinja_lexer.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_error.h"
+#include "chat/python_text.h"
 
 namespace tachyon::jinja {
 

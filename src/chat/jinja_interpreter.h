@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja/jinja_ast.h"
-#include "tokenizer/jinja/jinja_value.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 
 namespace tachyon::jinja {
 

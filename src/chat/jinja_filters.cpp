@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tokenizer/jinja/jinja_builtins.h"
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_error.h"
+#include "chat/python_text.h"
 
 #include <utf8proc.h>
 

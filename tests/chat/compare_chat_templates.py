@@ -4,11 +4,11 @@ Face transformers does, tools/render_chat_template_jinja2.py) and compares the b
 
 Templates: every *.jinja in <shared>/data/chat_templates plus the default model's own
 tokenizer.chat_template (skipped, with a note, when the model file is missing). Conversations:
-tests/tokenizer/jinja/conversations/*.json, each with add_generation_prompt false and true.
+tests/chat/conversations/*.json, each with add_generation_prompt false and true.
 When jinja2 raises (e.g. a role-alternation check), tachyon must fail too: that counts as
 agreement. Exits non-zero on any mismatch, printing a short diff.
 
-  .venv/bin/python tests/tokenizer/compare_chat_templates.py --tachyon build/tachyon
+  .venv/bin/python tests/chat/compare_chat_templates.py --tachyon build/tachyon
 """
 
 import argparse
@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 from render_chat_template_jinja2 import load_conversation, render  # noqa: E402
 
-CONVERSATIONS = os.path.join(REPO, "tests", "tokenizer", "jinja", "conversations")
+CONVERSATIONS = os.path.join(REPO, "tests", "chat", "conversations")
 BOS = "<|bos|>"
 EOS = "<|eos|>"
 

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja/jinja_parser.h"
+#include "chat/jinja_parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 #include <string_view>
 
-#include "tokenizer/jinja/jinja_error.h"
+#include "chat/jinja_error.h"
 
 namespace tachyon::jinja {
 namespace {

@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 
 namespace tachyon {
 namespace {
 
 boost::json::value load_cases() {
-  std::ifstream in(std::string(TACHYON_SOURCE_DIR) + "/tests/tokenizer/jinja/snippet_cases.json");
+  std::ifstream in(std::string(TACHYON_SOURCE_DIR) + "/tests/chat/snippet_cases.json");
   std::stringstream buffer;
   buffer << in.rdbuf();
   return boost::json::parse(buffer.str());

@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/jinja/chat_template.h"
-#include "tokenizer/jinja/jinja_interpreter.h"
+#include "chat/chat_template.h"
+#include "chat/jinja_interpreter.h"
 
 namespace tachyon {
 namespace {

@@ -2,9 +2,9 @@
 // Mutating methods are refused the way Hugging Face's ImmutableSandboxedEnvironment refuses them.
 #include <algorithm>
 
-#include "tokenizer/jinja/jinja_builtins.h"
-#include "tokenizer/jinja/jinja_interpreter.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/python_text.h"
 
 #include <utf8proc.h>
 

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/python_text.h"
+#include "chat/python_text.h"
 
 #include <algorithm>
 

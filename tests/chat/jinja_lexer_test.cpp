@@ -1,9 +1,9 @@
 // JinjaLexer: newline normalisation, whitespace control, token kinds and line numbers.
-#include "tokenizer/jinja/jinja_lexer.h"
+#include "chat/jinja_lexer.h"
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/jinja/jinja_error.h"
+#include "chat/jinja_error.h"
 
 namespace tachyon::jinja {
 namespace {

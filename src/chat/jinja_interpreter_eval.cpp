@@ -1,10 +1,10 @@
 // JinjaInterpreter's expression half: evaluation, attribute and item access, calls.
 #include <limits>
 
-#include "tokenizer/jinja/jinja_builtins.h"
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/jinja_interpreter.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_error.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/python_text.h"
 
 namespace tachyon::jinja {
 namespace {

@@ -1,12 +1,12 @@
 // jinja2's tests and global functions, Hugging Face's additions (raise_exception, strftime_now),
 // and the argument binder the filters and methods share.
-#include "tokenizer/jinja/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 #include <cmath>
 #include <ctime>
 
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_error.h"
+#include "chat/python_text.h"
 
 #include <utf8proc.h>
 

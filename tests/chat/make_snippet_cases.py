@@ -3,7 +3,7 @@
 as Hugging Face does, via tools/render_chat_template_jinja2.py), or "error" when jinja2 raises.
 jinja_snippets_test.cpp renders each with tachyon and compares bytes.
 
-  .venv/bin/python tests/tokenizer/jinja/make_snippet_cases.py
+  .venv/bin/python tests/chat/make_snippet_cases.py
 """
 
 import json

@@ -1,5 +1,5 @@
 // ChatTemplate's public API: rendering real templates, error statuses with lines, limits.
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <fstream>
 #include <sstream>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/jinja/jinja_interpreter.h"
+#include "chat/jinja_interpreter.h"
 
 namespace tachyon {
 namespace {

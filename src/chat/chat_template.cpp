@@ -1,12 +1,12 @@
-#include "tokenizer/jinja/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <new>
 
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/jinja_interpreter.h"
-#include "tokenizer/jinja/jinja_lexer.h"
-#include "tokenizer/jinja/jinja_parser.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_error.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/jinja_lexer.h"
+#include "chat/jinja_parser.h"
+#include "chat/python_text.h"
 
 namespace tachyon {
 

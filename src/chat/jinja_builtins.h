@@ -4,8 +4,8 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja/jinja_interpreter.h"
-#include "tokenizer/jinja/jinja_value.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/jinja_value.h"
 
 namespace tachyon::jinja {
 

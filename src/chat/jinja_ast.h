@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/jinja_value.h"
+#include "chat/jinja_value.h"
 
 namespace tachyon::jinja {
 

@@ -1,5 +1,5 @@
 // Python str semantics over UTF-8: strip, split, splitlines, replace, slices, case mapping.
-#include "tokenizer/jinja/python_text.h"
+#include "chat/python_text.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Value: Python str()/repr(), float formatting, equality and json.dumps.
-#include "tokenizer/jinja/jinja_value.h"
+#include "chat/jinja_value.h"
 
 #include <cmath>
 #include <limits>

@@ -1,12 +1,12 @@
-#include "tokenizer/jinja/jinja_value.h"
+#include "chat/jinja_value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja/jinja_error.h"
-#include "tokenizer/jinja/python_text.h"
+#include "chat/jinja_error.h"
+#include "chat/python_text.h"
 
 namespace tachyon::jinja {
 
