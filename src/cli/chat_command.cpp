@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "chat/conversation_fit.h"
 #include "cli/commands.h"
 #include "cli/interrupt.h"
 #include "cli/model_session.h"
@@ -108,26 +109,23 @@ class ChatSession {
 
   void reply(const std::string& user_text, const InterruptGuard& interrupt) {
     turns_.push_back({user_text, ""});
-    std::vector<TokenId> prompt;
-    // Drop the oldest turns until the prompt leaves room for a reply.
-    while (true) {
-      Result<std::string> rendered = session_.render_chat(template_, messages(false), true);
-      if (!rendered.ok()) {
-        std::fprintf(stderr, "tachyon: error: %s\n", rendered.status().message().c_str());
-        turns_.pop_back();
-        return;
-      }
-      prompt = session_.tokenizer->encode(*rendered);
-      const int room = session_.context_size - static_cast<int>(prompt.size());
-      if (room >= std::min(options_.min_reply_room, session_.context_size / 4)) break;
-      if (turns_.size() == 1) {
-        std::fprintf(stderr, "tachyon: error: the message needs %zu tokens, the context is %d\n",
-                     prompt.size(), session_.context_size);
-        turns_.pop_back();
-        return;
-      }
-      turns_.erase(turns_.begin());
+    // The oldest turns dropped until the prompt leaves room for a reply (the server's
+    // context_overflow "truncate"): the conversation goes on however long it gets.
+    const int64_t max_prompt =
+        session_.context_size - std::min(options_.min_reply_room, session_.context_size / 4);
+    auto render_tokens = [&](const boost::json::array& list) -> Result<std::vector<int32_t>> {
+      TACHYON_ASSIGN_OR_RETURN(std::string rendered, session_.render_chat(template_, list, true));
+      return session_.tokenizer->encode(rendered);
+    };
+    Result<FittedConversation> fitted = fit_conversation(messages(false), max_prompt, render_tokens);
+    if (!fitted.ok()) {
+      std::fprintf(stderr, "tachyon: error: %s\n", fitted.status().message().c_str());
+      turns_.pop_back();
+      return;
     }
+    // Each dropped turn was a user message and the reply to it.
+    turns_.erase(turns_.begin(), turns_.begin() + fitted->dropped_messages / 2);
+    const std::vector<TokenId> prompt = std::move(fitted->prompt);
     SamplingParams params = params_;
     if (options_.max_tokens >= 0) params.max_tokens = options_.max_tokens;
     Result<GenerationOutput> output = generator_.generate(

@@ -26,6 +26,7 @@ struct ServeCommandOptions {
   server::ServeOptions serve;
   std::string model_alias;
   std::string kv_cache_memory;  // fraction or size; empty: the engine's default
+  std::string context_overflow = "error";  // default policy: error or truncate
   EngineOptions engine;
   SpeculationFlags speculation;
 };
@@ -70,6 +71,7 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   if (vocabulary.bos_id) served->bos_token = vocabulary.tokens[*vocabulary.bos_id];
   if (vocabulary.eos_id) served->eos_token = vocabulary.tokens[*vocabulary.eos_id];
   served->max_context = loaded.engine->max_context();
+  served->context_overflow = *server::parse_context_overflow(options.context_overflow);
   http_server.set_model(std::move(served));
 
   const double seconds =
@@ -161,6 +163,13 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   command->add_option("--model-alias", options->model_alias,
                       "Model id clients must send (default: the file name without .gguf)");
+  command
+      ->add_option("--context-overflow", options->context_overflow,
+                   "When a chat outgrows the context: error (default, OpenAI's "
+                   "context_length_exceeded) or truncate (drop the oldest turns, keeping the "
+                   "system messages and the last user turn); a request's \"context_overflow\" "
+                   "overrides it")
+      ->check(CLI::IsMember({"error", "truncate"}));
   command->add_option("--kv-cache-mem", options->kv_cache_memory,
                       "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
                       "(2GiB, 512MiB, bytes)");

@@ -299,11 +299,13 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
     error = ApiError::unavailable("The server is shutting down", "shutting_down", 1);
   }
   EngineRequest engine_request;
-  if (!error) error = build_engine_request(parsed, *model, engine_request);
+  PromptTruncation truncation;
+  if (!error) error = build_engine_request(parsed, *model, engine_request, &truncation);
   std::optional<gateway::Admission> admission;
   if (!error && tenant) error = admit(*tenant, parsed, engine_request, admission, connection);
   if (error) co_return co_await connection.send_error(*error);
-  GenerationSession session(context_, connection, model, parsed, std::move(admission));
+  GenerationSession session(context_, connection, model, parsed, std::move(admission),
+                            truncation);
   co_return co_await session.run(std::move(engine_request));
 }
 

@@ -81,6 +81,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_extra_headers(std::vector<std::pair<std::string, std::string>> headers) {
     extra_headers_ = std::move(headers);
   }
+  void add_extra_header(std::string name, std::string value) {
+    extra_headers_.emplace_back(std::move(name), std::move(value));
+  }
 
   // Reads and drops whatever the client still sends, for at most `limit` (so that a client
   // still uploading an oversized body reads our 413 instead of a reset connection).

@@ -61,12 +61,14 @@ struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
 GenerationSession::GenerationSession(ServerContext& context, Connection& connection,
                                      std::shared_ptr<const ServedModel> model,
                                      const OpenAiRequest& request,
-                                     std::optional<gateway::Admission> admission)
+                                     std::optional<gateway::Admission> admission,
+                                     PromptTruncation truncation)
     : context_(context),
       connection_(connection),
       model_(std::move(model)),
       request_(request),
       builder_(request.endpoint, model_->id, *model_->tokenizer, request.include_usage),
+      truncation_(truncation),
       waker_(std::make_shared<Waker>(connection.stream().get_executor())),
       timer_(connection.stream().get_executor()),
       admission_(std::move(admission)) {
@@ -87,6 +89,12 @@ asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
       std::chrono::duration<double>(context_.options().request_timeout_seconds));
   submit_time_ = Clock::now();
   engine_request.deadline = submit_time_ + timeout;
+  if (truncation_.dropped_tokens > 0) {  // streams see it before their first byte too
+    connection_.add_extra_header("x-dropped-prompt-tokens",
+                                 std::to_string(truncation_.dropped_tokens));
+    connection_.add_extra_header("x-dropped-messages",
+                                 std::to_string(truncation_.dropped_messages));
+  }
   std::shared_ptr<Waker> waker = waker_;
   Result<std::shared_ptr<RequestStream>> submitted =
       model_->engine->submit(std::move(engine_request), [waker] { waker->notify(); });
@@ -129,7 +137,8 @@ asio::awaitable<bool> GenerationSession::answer_whole() {
   }
   if (!last.status.ok())
     co_return co_await connection_.send_error(ApiError::from_status(last.status));
-  const Usage usage{last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens};
+  const Usage usage{last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens,
+                    truncation_.dropped_tokens, truncation_.dropped_messages};
   co_return co_await connection_.send_json(
       http::status::ok,
       builder_.response(text, request_.sampling.logprobs, logprobs, last.finish_reason, usage));
@@ -181,7 +190,8 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
         pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason));
         if (request_.include_usage) {
           const Usage usage{output->prompt_tokens, output->completion_tokens,
-                            output->cached_prompt_tokens};
+                            output->cached_prompt_tokens, truncation_.dropped_tokens,
+                            truncation_.dropped_messages};
           pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
         }
         pending += "data: [DONE]\n\n";

@@ -19,6 +19,7 @@
 #include "gateway/admission.h"
 #include "runtime/engine.h"
 #include "server/connection.h"
+#include "server/engine_request_builder.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
@@ -29,7 +30,8 @@ class GenerationSession {
  public:
   GenerationSession(ServerContext& context, Connection& connection,
                     std::shared_ptr<const ServedModel> model, const OpenAiRequest& request,
-                    std::optional<gateway::Admission> admission = std::nullopt);
+                    std::optional<gateway::Admission> admission = std::nullopt,
+                    PromptTruncation truncation = {});
   ~GenerationSession();
   GenerationSession(const GenerationSession&) = delete;
   GenerationSession& operator=(const GenerationSession&) = delete;
@@ -62,6 +64,7 @@ class GenerationSession {
   std::shared_ptr<const ServedModel> model_;
   const OpenAiRequest& request_;
   ResponseBuilder builder_;
+  PromptTruncation truncation_;  // what context_overflow "truncate" cut from the prompt
   std::shared_ptr<Waker> waker_;
   asio::steady_timer timer_;
   std::shared_ptr<RequestStream> stream_;

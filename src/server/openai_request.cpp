@@ -406,6 +406,12 @@ std::optional<ApiError> parse_sampling(FieldReader& fields, Endpoint endpoint,
 
 }  // namespace
 
+std::optional<ContextOverflow> parse_context_overflow(std::string_view name) {
+  if (name == "error") return ContextOverflow::kError;
+  if (name == "truncate") return ContextOverflow::kTruncate;
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_json_body(std::string_view body, json::value& out) {
   boost::system::error_code error;
   json::parse_options options;
@@ -460,6 +466,18 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
   }
   if (auto x = fields.string("cache_salt")) out.cache_salt = std::move(*x);
   if (auto x = fields.boolean("speculative")) out.speculative = *x;
+  if (auto x = fields.string("context_overflow")) {
+    out.context_overflow = parse_context_overflow(*x);
+    if (!out.context_overflow) {
+      return ApiError::invalid_request(
+          *x == "sink" ? "'context_overflow' \"sink\" is not supported yet; use \"error\" or "
+                         "\"truncate\""
+                       : fmt::format("'context_overflow' must be \"error\" or \"truncate\", not "
+                                     "\"{}\"",
+                                     *x),
+          "context_overflow", "invalid_value");
+    }
+  }
   if (auto error = parse_priority(fields, out.priority)) return error;
   return fields.error;
 }

@@ -19,6 +19,13 @@ namespace tachyon::server {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// What a request whose prompt and max_tokens outgrow the context gets (tachyon's extension
+// "context_overflow"; the server's --context-overflow sets the default): `error`, OpenAI's 400
+// context_length_exceeded; `truncate`, the oldest turns dropped (chat: the system messages and
+// the last user turn stay; completions: the prompt's oldest tokens after BOS go).
+enum class ContextOverflow { kError, kTruncate };
+std::optional<ContextOverflow> parse_context_overflow(std::string_view name);
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
   std::string model;
@@ -38,6 +45,8 @@ struct OpenAiRequest {
   // tachyon's extension "speculative": false opts out of the server's speculative decoding
   // (the output is the same either way).
   bool speculative = true;
+  // "context_overflow": unset = the server's default.
+  std::optional<ContextOverflow> context_overflow;
 };
 
 // Parses the body as JSON: 400 with a position on malformed JSON, 400 when it is not an object.

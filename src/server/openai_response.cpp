@@ -86,11 +86,16 @@ std::string printable_token_text(const std::string& bytes) {
 }
 
 json::object Usage::to_json() const {
+  json::object prompt_details = {{"cached_tokens", cached_tokens}};
+  if (dropped_tokens > 0) {
+    prompt_details["dropped_tokens"] = dropped_tokens;
+    prompt_details["dropped_messages"] = dropped_messages;
+  }
   return {
       {"prompt_tokens", prompt_tokens},
       {"completion_tokens", completion_tokens},
       {"total_tokens", prompt_tokens + completion_tokens},
-      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}},
+      {"prompt_tokens_details", std::move(prompt_details)},
       {"completion_tokens_details", {{"reasoning_tokens", 0}}},
   };
 }

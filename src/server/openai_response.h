@@ -22,6 +22,9 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // What context_overflow "truncate" dropped (reported in prompt_tokens_details when any).
+  int64_t dropped_tokens = 0;
+  int dropped_messages = 0;
 
   boost::json::object to_json() const;
 };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "chat/chat_template.h"
+#include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
@@ -22,6 +23,8 @@ struct ServedModel {
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat answers 400)
   std::string bos_token, eos_token;             // texts the chat template may print
   int max_context = 0;                          // Engine::max_context()
+  // For requests that do not say (--context-overflow).
+  ContextOverflow context_overflow = ContextOverflow::kError;
 };
 
 }  // namespace tachyon::server

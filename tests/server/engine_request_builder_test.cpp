@@ -194,5 +194,75 @@ TEST(ParamOfValidationMessageTest, TakesTheLeadingFieldName) {
   EXPECT_EQ(param_of_validation_message("Something else"), "");
 }
 
+// context_overflow "truncate": whole oldest turns go until the prompt leaves room for
+// max_tokens (or a quarter of the context); the system message and the last user turn stay;
+// what was dropped is reported. Byte tokens: "[system]sys" is 11, "[user]qqqq" 10,
+// "[assistant]aa" 13, "[user]last" 10, plus BOS and "[assistant]" (12).
+TEST_F(EngineRequestBuilderTest, TruncateDropsTheOldestTurns) {
+  OpenAiRequest request;
+  request.endpoint = Endpoint::kChatCompletions;
+  request.model = "m";
+  request.messages.push_back(json::object{{"role", "system"}, {"content", "sys"}});
+  for (int i = 0; i < 3; ++i) {
+    request.messages.push_back(json::object{{"role", "user"}, {"content", "qqqq"}});
+    request.messages.push_back(json::object{{"role", "assistant"}, {"content", "aa"}});
+  }
+  request.messages.push_back(json::object{{"role", "user"}, {"content", "last"}});
+  // Whole: 1 + 11 + 3 * 23 + 10 + 11 = 102 tokens, more than the context of 64.
+  EngineRequest out;
+  std::optional<ApiError> error = build_engine_request(request, model_, out);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code.value_or(""), "context_length_exceeded");
+
+  request.context_overflow = ContextOverflow::kTruncate;
+  request.sampling.max_tokens = 8;  // at most 56 prompt tokens: two turns go (102 - 2 * 23)
+  PromptTruncation truncation;
+  ASSERT_FALSE(build_engine_request(request, model_, out, &truncation));
+  EXPECT_EQ(*tokenizer_->decode(out.prompt), "<s>[system]sys[user]qqqq[assistant]aa[user]last[assistant]");
+  EXPECT_EQ(out.prompt.size(), 56u);
+  EXPECT_EQ(truncation.dropped_messages, 4);
+  EXPECT_EQ(truncation.dropped_tokens, 102 - 56);
+  EXPECT_EQ(*out.sampling.max_tokens, 8);
+
+  // Without max_tokens a quarter of the context (16) stays free: at most 48 prompt tokens.
+  request.sampling.max_tokens.reset();
+  ASSERT_FALSE(build_engine_request(request, model_, out, &truncation));
+  EXPECT_EQ(*tokenizer_->decode(out.prompt), "<s>[system]sys[user]last[assistant]");
+  EXPECT_EQ(truncation.dropped_messages, 6);
+  EXPECT_EQ(*out.sampling.max_tokens, 64 - 33);
+
+  // The server's default applies when the request does not say; the request's wins.
+  request.context_overflow.reset();
+  model_.context_overflow = ContextOverflow::kTruncate;
+  EXPECT_FALSE(build_engine_request(request, model_, out));
+  request.context_overflow = ContextOverflow::kError;
+  EXPECT_TRUE(build_engine_request(request, model_, out));
+
+  // What must stay does not fit: a 400 that says so.
+  request.context_overflow = ContextOverflow::kTruncate;
+  request.messages.back().as_object()["content"] = std::string(40, 'x');
+  error = build_engine_request(request, model_, out);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code.value_or(""), "context_length_exceeded");
+  EXPECT_EQ(error->message,
+            "This model's maximum context length is 64 tokens and context_overflow is "
+            "\"truncate\", but the system messages and the last user turn alone take 69 "
+            "tokens; at most 48 fit. Please reduce the length of the messages or completion.");
+}
+
+TEST_F(EngineRequestBuilderTest, TruncateKeepsBosAndTheLastPromptTokens) {
+  OpenAiRequest request = completion(std::string(30, 'a') + std::string(50, 'z'));
+  request.context_overflow = ContextOverflow::kTruncate;
+  request.sampling.max_tokens = 14;
+  EngineRequest out;
+  PromptTruncation truncation;
+  ASSERT_FALSE(build_engine_request(request, model_, out, &truncation));
+  ASSERT_EQ(out.prompt.size(), 50u);  // BOS + the last 49 bytes
+  EXPECT_EQ(out.prompt[0], 1);
+  EXPECT_EQ(*tokenizer_->decode(out.prompt), "<s>" + std::string(49, 'z'));
+  EXPECT_EQ(truncation.dropped_tokens, 81 - 50);
+  EXPECT_EQ(truncation.dropped_messages, 0);
+}
+
 }  // namespace
 }  // namespace tachyon::server

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Long conversations through the HTTP API with the official openai client: with
+`context_overflow: "truncate"` (per request, or the server's `--context-overflow truncate`) a chat
+that outgrows the context drops its oldest turns instead of failing, says how many tokens and
+messages went (usage.prompt_tokens_details and x-dropped-* headers, streamed or not), and a
+scripted 200-turn conversation never errors while every prompt stays within the context; the
+default stays OpenAI's 400 context_length_exceeded; values tachyon does not know are a 400.
+
+    .venv/bin/python tests/api/context_overflow_test.py --tachyon build/tachyon
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, exit_status, info, section  # noqa: E402
+from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
+
+CONTEXT = 256
+SYSTEM = {"role": "system", "content": "You are a terse assistant."}
+FILLER = ("Tell me about the history of the lighthouse on the northern cliffs, its keepers, the "
+          "storms it weathered and the ships it saved. ")
+
+
+def client_for(server: TachyonServer) -> tuple[openai.OpenAI, str]:
+    client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+    return client, client.models.list().data[0].id
+
+
+def long_chat(turns: int) -> list[dict]:
+    messages = [SYSTEM]
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"Question {i}: " + FILLER})
+        messages.append({"role": "assistant", "content": f"Answer {i}: it is a long story."})
+    messages.append({"role": "user", "content": "And what happened last winter?"})
+    return messages
+
+
+def dropped(usage) -> tuple[int, int]:
+    details = usage.prompt_tokens_details.model_extra or {}
+    return details.get("dropped_tokens", 0), details.get("dropped_messages", 0)
+
+
+def check_per_request(server: TachyonServer) -> None:
+    client, model = client_for(server)
+    messages = long_chat(8)
+    try:
+        client.chat.completions.create(model=model, messages=messages, max_tokens=16)
+        check("default policy: a too long chat is context_length_exceeded", False, "no error")
+    except openai.BadRequestError as error:
+        check("default policy: a too long chat is context_length_exceeded",
+              error.code == "context_length_exceeded" and error.param == "messages", error.body)
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=messages, max_tokens=16, temperature=0,
+        extra_body={"context_overflow": "truncate"})
+    answer = raw.parse()
+    tokens, count = dropped(answer.usage)
+    info(f"truncate: prompt {answer.usage.prompt_tokens} tokens, dropped {tokens} tokens in "
+         f"{count} messages")
+    check("truncate: answered within the context, leaving room for max_tokens",
+          answer.choices[0].message.content and
+          answer.usage.prompt_tokens + 16 <= CONTEXT, answer.usage)
+    check("truncate: whole turns dropped, counted in usage",
+          tokens > 0 and count > 0 and count % 2 == 0, answer.usage)
+    check("truncate: x-dropped-prompt-tokens / x-dropped-messages headers",
+          raw.headers.get("x-dropped-prompt-tokens") == str(tokens) and
+          raw.headers.get("x-dropped-messages") == str(count), dict(raw.headers))
+    # Greedy: the same as sending only what was kept.
+    kept = [SYSTEM] + messages[1 + count:]
+    direct = client.chat.completions.create(model=model, messages=kept, max_tokens=16,
+                                            temperature=0)
+    check("truncate: the answer is the one to the kept messages",
+          direct.choices[0].message.content == answer.choices[0].message.content and
+          direct.usage.prompt_tokens == answer.usage.prompt_tokens,
+          (direct.choices[0].message.content, answer.choices[0].message.content))
+    # Streamed: headers before the first byte, the counts in the usage chunk.
+    with client.chat.completions.with_streaming_response.create(
+            model=model, messages=messages, max_tokens=8, stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"context_overflow": "truncate"}) as response:
+        header = response.headers.get("x-dropped-prompt-tokens")
+        chunks = list(response.parse())
+    usage = chunks[-1].usage
+    check("truncate, streamed: header and usage chunk agree",
+          usage is not None and header == str(dropped(usage)[0]) and dropped(usage)[0] > 0,
+          (header, usage))
+    # What never fits: the system message and the last user turn alone.
+    huge = [SYSTEM, {"role": "user", "content": FILLER * 12}]
+    try:
+        client.chat.completions.create(model=model, messages=huge, max_tokens=16,
+                                       extra_body={"context_overflow": "truncate"})
+        check("truncate: a last turn that cannot fit is context_length_exceeded", False, "200")
+    except openai.BadRequestError as error:
+        check("truncate: a last turn that cannot fit is context_length_exceeded",
+              error.code == "context_length_exceeded" and "last user turn alone" in str(error),
+              error.body)
+    # Completions: the oldest prompt tokens go.
+    text = client.completions.create(model=model, prompt=FILLER * 10, max_tokens=8,
+                                     extra_body={"context_overflow": "truncate"})
+    check("truncate, completions: the prompt's oldest tokens dropped, room left for max_tokens",
+          text.usage.prompt_tokens == CONTEXT - 8 and dropped(text.usage)[0] > 0, text.usage)
+    for value, says in (("sink", "not supported yet"), ("bogus", "must be")):
+        try:
+            client.chat.completions.create(model=model, messages=messages[:2], max_tokens=4,
+                                           extra_body={"context_overflow": value})
+            check(f"context_overflow {value!r} refused", False, "200")
+        except openai.BadRequestError as error:
+            check(f"context_overflow {value!r} refused with a 400 naming the field",
+                  error.param == "context_overflow" and says in str(error), error.body)
+
+
+def check_endless_chat(server: TachyonServer) -> None:
+    """200 turns with the server's default set to truncate: no error, every prompt within the
+    context, and the KV pool never more than full."""
+    client, model = client_for(server)
+    messages = [SYSTEM]
+    errors, worst_prompt, dropped_turns = 0, 0, 0
+    for turn in range(200):
+        messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
+        try:
+            answer = client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+                                                    temperature=0)
+        except openai.APIError as error:
+            errors += 1
+            info(f"turn {turn}: {error}")
+            messages.append({"role": "assistant", "content": "(error)"})
+            continue
+        worst_prompt = max(worst_prompt, answer.usage.prompt_tokens)
+        dropped_turns = max(dropped_turns, dropped(answer.usage)[1] // 2)
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    status, body = http_get(server.url + "/metrics")
+    metrics = parse_prometheus(body.decode())
+    info(f"200 turns: longest prompt {worst_prompt} tokens, up to {dropped_turns} turns dropped, "
+         f"KV blocks used {metrics['tachyon:kv_cache_blocks_used']} of "
+         f"{metrics['tachyon:kv_cache_blocks_total']}")
+    check("200-turn chat with --context-overflow truncate: no request failed", errors == 0, errors)
+    check("200-turn chat: every prompt within the context with room for max_tokens",
+          0 < worst_prompt <= CONTEXT - 8, worst_prompt)
+    check("200-turn chat: the oldest turns were dropped", dropped_turns > 5, dropped_turns)
+    check("200-turn chat: KV blocks in use within the pool",
+          metrics["tachyon:kv_cache_blocks_used"] <= metrics["tachyon:kv_cache_blocks_total"],
+          metrics)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tachyon", required=True)
+    args = parser.parse_args()
+    with TachyonServer(args.tachyon, args=["-c", str(CONTEXT), "--kv-cache-mem", "64MiB"]) as server:
+        section("per request", check_per_request, server)
+    with TachyonServer(args.tachyon, args=["-c", str(CONTEXT), "--kv-cache-mem", "64MiB",
+                                           "--context-overflow", "truncate"]) as server:
+        section("endless chat", check_endless_chat, server)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
