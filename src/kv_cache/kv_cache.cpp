@@ -89,7 +89,11 @@ void KvCache::store(int layer, int position, int count, const float* keys, const
       uint8_t* columns = storage_ + head_offset(layer, 0, h) + key_index(position + p, 0) *
                                                                          bytes;
       if (q8) {
-        scatter_columns<uint8_t>(rows, kv, n, head_size_, columns, kKeyBlock);
+        int8_t* keys_out = reinterpret_cast<int8_t*>(storage_ + head_offset(layer, 0, h));
+        for (int i = 0; i < n; ++i) {
+          const int8_t* row = reinterpret_cast<const int8_t*>(rows) + static_cast<size_t>(i) * kv;
+          for (int d = 0; d < head_size_; ++d) keys_out[q8_key_index(position + p + i, d)] = row[d];
+        }
         const uint16_t* scale_rows = staged_scales.data() +
                                      (static_cast<size_t>(p) * kv + h * head_size_) /
                                          kernels::kQ8Group;
@@ -131,12 +135,19 @@ void KvCache::prefetch_store(int layer, int position, int count) const {
   const int line_positions = kLineBytes / static_cast<int>(bytes);  // divides kKeyBlock
   const int scale_groups = head_size_ / kernels::kQ8Group;
   for (int h = 0; h < num_kv_heads_; ++h) {
-    // A key line holds line_positions positions of one dimension.
-    for (int p = position; p < position + count; p += line_positions - p % line_positions) {
-      const uint8_t* keys = storage_ + head_offset(layer, 0, h) + key_index(p, 0) * bytes;
-      for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * kKeyBlock * bytes);
-    }
-    if (type_ == DType::kQ8_0) {  // a scale line holds 32 positions of a group of dimensions
+    if (type_ != DType::kQ8_0) {
+      // A key line holds line_positions positions of one dimension.
+      for (int p = position; p < position + count; p += line_positions - p % line_positions) {
+        const uint8_t* keys = storage_ + head_offset(layer, 0, h) + key_index(p, 0) * bytes;
+        for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * kKeyBlock * bytes);
+      }
+    } else {
+      // A q8 key line holds 16 positions of 4 dimensions, a scale line 32 positions of a group
+      // of 32 dimensions.
+      const uint8_t* keys = storage_ + head_offset(layer, 0, h);
+      for (int p = position; p < position + count; p += 16 - p % 16) {
+        for (int d = 0; d < head_size_; d += 4) prefetch_for_write(keys + q8_key_index(p, d));
+      }
       const uint16_t* scales = q8_plane(layer, 0, h).scales;
       for (int p = position; p < position + count; p += 32 - p % 32) {
         for (int g = 0; g < scale_groups; ++g) {
@@ -155,12 +166,38 @@ void KvCache::prefetch_store(int layer, int position, int count) const {
   }
 }
 
+void KvCache::prefetch_span(int layer, int kv_head, int first, int count) const {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(first >= 0 && count > 0 && first + count <= capacity_ &&
+                first / kKeyBlock == (first + count - 1) / kKeyBlock);
+  // The whole key block (its rows hold every position of the block), the values' rows.
+  const int block_first = first / kKeyBlock * kKeyBlock;
+  const size_t bytes = element_bytes();
+  const uint8_t* keys = storage_ + head_offset(layer, 0, kv_head);
+  prefetch_range_for_read(keys + static_cast<size_t>(block_first) * head_size_ * bytes,
+                          static_cast<size_t>(kKeyBlock) * head_size_ * bytes);
+  const int scale_groups = head_size_ / kernels::kQ8Group;
+  if (type_ == DType::kQ8_0) {
+    prefetch_range_for_read(q8_plane(layer, 0, kv_head).scales + block_first * scale_groups,
+                            static_cast<size_t>(kKeyBlock) * scale_groups * 2);
+  }
+  if (values_are_keys_) return;
+  prefetch_range_for_read(storage_ + head_offset(layer, 1, kv_head) +
+                              static_cast<size_t>(first) * head_size_ * bytes,
+                          static_cast<size_t>(count) * head_size_ * bytes);
+  if (type_ == DType::kQ8_0) {
+    prefetch_range_for_read(q8_plane(layer, 1, kv_head).scales + first * scale_groups,
+                            static_cast<size_t>(count) * scale_groups * 2);
+  }
+}
+
 void KvCache::read_key_run(int layer, int kv_head, int position, int d, int n, float* out) const {
   if (type_ == DType::kQ8_0) {
     const Q8Plane keys = q8_plane(layer, 0, kv_head);
-    const int8_t* column = keys.data + key_index(position, d);
     const uint16_t* scales = keys.scales + key_scale_index(position, d);
-    for (int p = 0; p < n; ++p) out[p] = static_cast<float>(column[p]) * f16_to_f32(scales[p]);
+    for (int p = 0; p < n; ++p) {
+      out[p] = static_cast<float>(keys.data[q8_key_index(position + p, d)]) * f16_to_f32(scales[p]);
+    }
     return;
   }
   const uint8_t* run = storage_ + head_offset(layer, 0, kv_head) + key_index(position, d) *

@@ -40,6 +40,11 @@ class KvCache {
   // evicted since the previous step by the weights streamed in between.
   void prefetch_store(int layer, int position, int count) const;
 
+  // Prefetches, for reading, what attention reads in place of positions [first, first + count)
+  // (within one key block) of a KV head: a decode step's attention streams through every
+  // position of every head, in blocks the hardware prefetchers lose track of.
+  void prefetch_span(int layer, int kv_head, int first, int count) const;
+
   // One KV head's keys and values for positions [0, count) as f32, rows of head_size.
   // keys, values: f32 [count, head_size]. head_size is the cache's (CHECKed).
   void load_head(int layer, int kv_head, int head_size, int count, float* keys,
@@ -57,7 +62,9 @@ class KvCache {
   // values_are_keys(): read the keys).
   const uint16_t* f16_keys(int layer, int kv_head) const;
   const uint16_t* f16_values(int layer, int kv_head) const;
-  // The same for a q8 cache: int8 values laid out as the f16 ones, and their scales, one per 32
+  // The same for a q8 cache: values laid out as the f16 ones, keys for integer dot products,
+  // [capacity / kKeyBlock, head_size / 4, kKeyBlock, 4] (each block's rows of 4 dimensions,
+  // each position's 4 bytes together: kernels::q8_key_index), and their scales, one per 32
   // dimensions of a position: keys' [capacity / kKeyBlock, head_size / 32, kKeyBlock], values'
   // [capacity, head_size / 32].
   Q8Plane q8_keys(int layer, int kv_head) const;
@@ -86,6 +93,11 @@ class KvCache {
   // Element index of position p's dimension d in a head's keys.
   size_t key_index(int p, int d) const {
     return (static_cast<size_t>(p / kKeyBlock) * head_size_ + d) * kKeyBlock + p % kKeyBlock;
+  }
+  // Element index of position p's dimension d in a q8 head's keys.
+  size_t q8_key_index(int p, int d) const {
+    return static_cast<size_t>(p / kKeyBlock) * head_size_ * kKeyBlock +
+           static_cast<size_t>(d / 4) * kKeyBlock * 4 + (p % kKeyBlock) * 4 + d % 4;
   }
   // Index of the scale of position p's dimension d in a q8 head's key scales.
   size_t key_scale_index(int p, int d) const {

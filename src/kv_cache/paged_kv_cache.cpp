@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "core/prefetch.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kv_cache/kv_cache_type.h"
 
@@ -82,8 +83,10 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
         quantized.resize(head_size_);
         scales.resize(scale_groups);
         kernels::f32_to_q8_row(key, quantized.data(), scales.data(), head_size_);
-        int8_t* key_columns = reinterpret_cast<int8_t*>(key_out);
-        for (int d = 0; d < head_size_; ++d) key_columns[d * block_size_ + offset] = quantized[d];
+        int8_t* key_rows = reinterpret_cast<int8_t*>(key_out);
+        for (int d = 0; d < head_size_; ++d) {
+          key_rows[kernels::q8_key_index(offset, d, block_size_)] = quantized[d];
+        }
         uint16_t* scale_columns = q8_scales(layer, block, 0, h);
         for (int g = 0; g < scale_groups; ++g) scale_columns[g * block_size_ + offset] = scales[g];
       } else if (type_ == DType::kF16) {
@@ -115,24 +118,30 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
 
 void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) const {
   TACHYON_CHECK(layer >= 0 && layer < num_layers_);
-  // A slot's keys: one value per dimension, block_size values apart (q8: 1 byte, and the scales
-  // after them, one per 32 dimensions).
-  const size_t bytes = type_ == DType::kQ8_0 ? 1 : element_bytes();
+  // A slot's keys: one value per dimension, block_size values apart (q8: 4 bytes per 4
+  // dimensions, block_size * 4 bytes apart, and the scales after them, one per 32 dimensions).
+  const size_t bytes = element_bytes();
   for (const int64_t slot : slots) {
     TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(num_blocks_) * block_size_);
     const int block = static_cast<int>(slot / block_size_);
     const int offset = static_cast<int>(slot % block_size_);
     for (int h = 0; h < num_kv_heads_; ++h) {
-      const uint8_t* keys = storage_ + head_offset(layer, block, 0, h) + offset * bytes;
-      for (int d = 0; d < head_size_; ++d) prefetch_for_write(keys + d * block_size_ * bytes);
-      if (type_ == DType::kQ8_0) {
+      const uint8_t* keys = storage_ + head_offset(layer, block, 0, h);
+      if (type_ != DType::kQ8_0) {
+        for (int d = 0; d < head_size_; ++d) {
+          prefetch_for_write(keys + (static_cast<size_t>(d) * block_size_ + offset) * bytes);
+        }
+      } else {
+        for (int d = 0; d < head_size_; d += 4) {
+          prefetch_for_write(keys + kernels::q8_key_index(offset, d, block_size_));
+        }
         const uint16_t* scales = q8_plane(layer, block, 0, h).scales + offset;
         for (int g = 0; g < head_size_ / kernels::kQ8Group; ++g) {
           prefetch_for_write(scales + g * block_size_);
         }
       }
       if (values_are_keys_) continue;
-      // Values (and q8 scales) of a slot are one run.
+      // A slot's values are one run (q8: and its scales another).
       const size_t row_bytes = static_cast<size_t>(kv_cache_bytes(type_, head_size_));
       if (type_ == DType::kQ8_0) {
         const Q8Plane plane = q8_plane(layer, block, 1, h);
@@ -147,6 +156,14 @@ void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) con
   }
 }
 
+void PagedKvCache::prefetch_block(int layer, int block, int kv_head) const {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && block >= 0 && block < num_blocks_);
+  for (int which = 0; which < planes(); ++which) {
+    prefetch_range_for_read(storage_ + head_offset(layer, block, which, kv_head),
+                            static_cast<size_t>(head_bytes_));
+  }
+}
+
 void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
                               float* keys_by_dimension, int64_t key_stride, float* values) const {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
@@ -154,11 +171,11 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
   if (type_ == DType::kQ8_0) {
     const Q8Plane keys = q8_plane(layer, block, 0, kv_head);
     for (int d = 0; d < head_size_; ++d) {
-      const int8_t* column = keys.data + d * block_size_;
       const uint16_t* scales = keys.scales + (d / kernels::kQ8Group) * block_size_;
       for (int p = 0; p < count; ++p) {
         keys_by_dimension[d * key_stride + p] =
-            static_cast<float>(column[p]) * f16_to_f32(scales[p]);
+            static_cast<float>(keys.data[kernels::q8_key_index(p, d, block_size_)]) *
+            f16_to_f32(scales[p]);
       }
     }
   } else if (type_ == DType::kF16) {

@@ -9,8 +9,10 @@
 // position-major:
 //   keys:   [num_kv_heads, head_size, block_size]
 //   values: [num_kv_heads, block_size, head_size]
-// q8 keeps each KV head's scales after its int8 values, laid out the same way with one scale
-// per 32 dimensions: keys' [head_size / 32, block_size], values' [block_size, head_size / 32].
+// q8 keys are laid out for integer dot products instead, [num_kv_heads, head_size / 4,
+// block_size, 4] (rows of 4 dimensions, each slot's 4 bytes together: kernels::q8_key_index),
+// and each KV head's scales follow its int8 values, one per 32 dimensions: keys'
+// [head_size / 32, block_size], values' [block_size, head_size / 32].
 #pragma once
 
 #include <cstddef>
@@ -53,6 +55,10 @@ class PagedKvCache {
   // Prefetches, for writing, the lines store(layer, slots, ...) will write (a token's keys
   // touch a line per dimension or two of every head, evicted since the previous step).
   void prefetch_store(int layer, std::span<const int64_t> slots) const;
+
+  // Prefetches, for reading, one KV head's keys and values (and scales) in `block`: attention
+  // streams through blocks anywhere in memory, which the hardware prefetchers cannot follow.
+  void prefetch_block(int layer, int block, int kv_head) const;
 
   // The first `count` positions of `block` for one KV head, widened to f32:
   // keys_by_dimension: f32 [head_size, key_stride] (row d = dimension d of every position;

@@ -12,6 +12,7 @@
 
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kv_cache/kv_cache_type.h"
 #include "kv_cache/paged_kv_cache.h"
@@ -101,8 +102,9 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
           for (int p = 0; p < capacity; ++p) {
             for (int d = 0; d < head_size; ++d) {
               const size_t i = static_cast<size_t>(p) * kv_size + kv_head * head_size + d;
-              const size_t key_at = (static_cast<size_t>(p / block) * head_size + d) * block +
-                                    p % block;
+              // Keys in rows of 4 dimensions, each position's 4 bytes together.
+              const size_t key_at = static_cast<size_t>(p / block) * head_size * block +
+                                    kernels::q8_key_index(p % block, d, block);
               const size_t key_scale_at =
                   (static_cast<size_t>(p / block) * groups + d / 32) * block + p % block;
               ASSERT_EQ(static_cast<float>(stored_keys.data[key_at]) *

@@ -134,12 +134,13 @@ TEST(AttentionLayersTest, SingleRunBatches) {
   }
 }
 
-// Every attention path over a q8 cache (decode tokens read in place, prompt chunks widened, a
+// Every attention path over a q8 cache (decode tokens and prompt chunks, all read in place, a
 // chunk after a cached prefix) against the same data in an exact f32 cache: each output value
-// (a softmax-weighted mean of unit-normal values, scores from queries of scale 2) within 0.06,
-// and on average within 0.004: int8 with a scale per 32 values rounds each key and value by up
-// to max|x| / 254 (about 0.015 here), and a token seeing few positions moves with their scores'
-// rounding (measured: worst 0.038, mean 0.0024). f16 for comparison stays within 0.002.
+// (a softmax-weighted mean of unit-normal values, scores from queries of scale 2) within 0.12,
+// and on average within 0.006: int8 with a scale per 32 values rounds each key and value by up
+// to max|x| / 254 (about 0.015 here), the query is rounded so too for the integer scores, and
+// a token seeing few positions moves with their scores (measured: worst 0.060, mean 0.0030).
+// f16 for comparison stays within 0.002.
 TEST(AttentionLayersTest, Q8StaysWithinItsRoundingOfF32) {
   const AttentionShape shape{9, 3, 64, 0.125f};
   const std::vector<SequenceCase> cases = {{300, 100}, {58, 57}, {20, 0}, {260, 259}};
@@ -155,8 +156,8 @@ TEST(AttentionLayersTest, Q8StaysWithinItsRoundingOfF32) {
     worst_f16 = std::max(worst_f16, static_cast<double>(std::fabs(half[i] - exact[i])));
   }
   const double mean = total / static_cast<double>(exact.size());
-  EXPECT_LT(worst, 0.06);
-  EXPECT_LT(mean, 0.004);
+  EXPECT_LT(worst, 0.12);
+  EXPECT_LT(mean, 0.006);
   EXPECT_LT(worst_f16, 0.002);
   EXPECT_GT(worst, worst_f16);  // the comparison sees the rounding at all
   std::printf("q8 vs f32: worst %.5f mean %.6f (f16 worst %.6f)\n", worst, mean, worst_f16);

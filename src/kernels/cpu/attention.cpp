@@ -1,10 +1,14 @@
 #include "kernels/cpu/attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
+#include "core/half.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/fast_exp.h"
@@ -331,8 +335,95 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
                                      score_stride, running_max, running_sum, accumulator);
 }
 
+void quantize_queries_q8(const float* queries, int64_t token_stride, int num_tokens, int group,
+                         int head_size, float scale, int8_t* values, float* scales) {
+  // Exact IEEE operations only (max, division, products, and rounding by adding and taking off
+  // 1.5 * 2^23), so the values do not depend on how they are computed. SSE2: every x86-64.
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  const __m128 magic = _mm_set1_ps(12582912.0f);
+  for (int row = 0; row < num_tokens * group; ++row) {
+    const float* query = queries + (row / group) * token_stride + (row % group) * head_size;
+    for (int g = 0; g < head_size / kQ8Group; ++g) {
+      __m128 x[kQ8Group / 4];
+      __m128 amax = _mm_setzero_ps();
+      for (int i = 0; i < kQ8Group / 4; ++i) {
+        x[i] = _mm_mul_ps(_mm_loadu_ps(query + g * kQ8Group + 4 * i), _mm_set1_ps(scale));
+        amax = _mm_max_ps(amax, _mm_andnot_ps(sign, x[i]));
+      }
+      amax = _mm_max_ps(amax, _mm_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
+      amax = _mm_max_ps(amax, _mm_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
+      const float d = _mm_cvtss_f32(amax) / 127.0f;
+      const __m128 inverse = _mm_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      scales[static_cast<int64_t>(row) * (head_size / kQ8Group) + g] = d;
+      int8_t* out = values + static_cast<int64_t>(row) * head_size + g * kQ8Group;
+      for (int i = 0; i < kQ8Group / 4; ++i) {
+        const __m128 rounded =
+            _mm_sub_ps(_mm_add_ps(_mm_mul_ps(x[i], inverse), magic), magic);
+        const __m128i whole = _mm_cvttps_epi32(rounded);  // exact: already whole
+        const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(whole, whole), whole);
+        const int32_t four = _mm_cvtsi128_si32(packed);
+        __builtin_memcpy(out + 4 * i, &four, 4);
+      }
+    }
+  }
+}
+
+namespace {
+
+constexpr int kMaxQ8HeadSize = 1024;
+
+// The portable q8 kernel, a row at a time: the scores as attention.h defines them, then the
+// softmax and the values (widened once per call) as the f32 kernel adds them, so that each row
+// gets the SIMD kernels' bits.
+void span_update_q8_portable(const Q8Queries& queries, int num_tokens, int group, int head_size,
+                             const int* visible, const Q8SpanGroups& span, float* scores,
+                             int64_t score_stride, float* running_max, float* running_sum,
+                             float* accumulator) {
+  const int groups = head_size / kQ8Group;
+  int most = 0;
+  for (int i = 0; i < num_tokens; ++i) most = std::max(most, visible[i]);
+  thread_local std::vector<float> values_storage;  // f32 [most, head_size]
+  std::vector<float>& values = values_storage;
+  values.resize(static_cast<size_t>(most) * head_size);
+  for (int p = 0; p < most; ++p) {
+    const int i = p % kAttentionGroupPositions;
+    q8_to_f32_row(span.values[p / kAttentionGroupPositions] + static_cast<int64_t>(i) * head_size,
+                  span.value_scales[p / kAttentionGroupPositions] + i * groups,
+                  values.data() + static_cast<size_t>(p) * head_size, head_size);
+  }
+  for (int row = 0; row < num_tokens * group; ++row) {
+    const int row_visible = visible[row / group];
+    if (row_visible == 0) continue;  // its state stays as it was
+    const int8_t* q = queries.values + static_cast<int64_t>(row) * head_size;
+    const float* q_scales = queries.scales + static_cast<int64_t>(row) * groups;
+    float* row_scores = scores + row * score_stride;
+    for (int p = 0; p < row_visible; ++p) {
+      const int8_t* keys = span.keys[p / kAttentionGroupPositions];
+      const uint16_t* key_scales = span.key_scales[p / kAttentionGroupPositions];
+      const int at = p % kAttentionGroupPositions;
+      float score = 0.0f;
+      for (int g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int d = g * kQ8Group; d < (g + 1) * kQ8Group; ++d) {
+          dot += q[d] * keys[q8_key_index(at, d, span.key_stride)];
+        }
+        const float factor = q_scales[g] * f16_to_f32(key_scales[g * span.key_stride + at]);
+        score = __builtin_fmaf(static_cast<float>(dot), factor, score);
+      }
+      row_scores[p] = score;
+    }
+    float correction =
+        softmax_step(row_scores, row_visible, running_max[row], running_sum[row]);
+    float* acc = accumulator + static_cast<int64_t>(row) * head_size;
+    tile_accumulate<1>(&row_scores, &row_visible, &correction, head_size, values.data(), &acc);
+  }
+}
+
+}  // namespace
+
 bool attention_reads_q8_at_level(KernelLevel level, int head_size) {
-  return head_size % kQ8Group == 0 && attention_reads_f16_at_level(level, head_size);
+  (void)level;  // every level has a q8 kernel
+  return head_size > 0 && head_size % kQ8Group == 0 && head_size <= kMaxQ8HeadSize;
 }
 
 bool attention_reads_q8(int head_size) {
@@ -340,32 +431,36 @@ bool attention_reads_q8(int head_size) {
   return attention_reads_q8_at_level(level, head_size);
 }
 
-void attention_span_update_q8_at_level(KernelLevel level, const float* queries,
-                                       int64_t token_stride, int num_tokens, int group,
-                                       int head_size, float scale, const int* visible,
-                                       const Q8SpanGroups& span, float* scores,
+void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queries,
+                                       int num_tokens, int group, int head_size,
+                                       const int* visible, const Q8SpanGroups& span, float* scores,
                                        int64_t score_stride, float* running_max,
                                        float* running_sum, float* accumulator) {
   TACHYON_CHECK(kernel_level_available(level) && attention_reads_q8_at_level(level, head_size));
   note_family_level(KernelFamily::kAttention, level);
-  if (level == KernelLevel::kAvx512) {
-    return avx512::attention_span_update_q8(queries, token_stride, num_tokens, group, head_size,
-                                            scale, visible, span, scores, score_stride,
-                                            running_max, running_sum, accumulator);
+  switch (level) {
+    case KernelLevel::kAvx512:
+      return avx512::attention_span_update_q8(queries, num_tokens, group, head_size, visible,
+                                              span, scores, score_stride, running_max,
+                                              running_sum, accumulator);
+    case KernelLevel::kAvx2:
+      return avx2::attention_span_update_q8(queries, num_tokens, group, head_size, visible, span,
+                                            scores, score_stride, running_max, running_sum,
+                                            accumulator);
+    case KernelLevel::kReference:
+      break;
   }
-  avx2::attention_span_update_q8(queries, token_stride, num_tokens, group, head_size, scale,
-                                 visible, span, scores, score_stride, running_max, running_sum,
-                                 accumulator);
+  span_update_q8_portable(queries, num_tokens, group, head_size, visible, span, scores,
+                          score_stride, running_max, running_sum, accumulator);
 }
 
-void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
-                              int group, int head_size, float scale, const int* visible,
-                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
-                              float* running_max, float* running_sum, float* accumulator) {
+void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int group, int head_size,
+                              const int* visible, const Q8SpanGroups& span, float* scores,
+                              int64_t score_stride, float* running_max, float* running_sum,
+                              float* accumulator) {
   static const KernelLevel level = active_kernel_level();
-  attention_span_update_q8_at_level(level, queries, token_stride, num_tokens, group, head_size,
-                                    scale, visible, span, scores, score_stride, running_max,
-                                    running_sum, accumulator);
+  attention_span_update_q8_at_level(level, queries, num_tokens, group, head_size, visible, span,
+                                    scores, score_stride, running_max, running_sum, accumulator);
 }
 
 void attention_block_update(const float* queries, int group, int head_size, float scale,

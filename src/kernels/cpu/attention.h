@@ -59,24 +59,44 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
 
 // Keys and values of a span stored 8-bit (int8 with an f16 scale per 32 dimensions of a
 // position: kernels/cpu/convert.h's q8), in groups of kAttentionGroupPositions positions, each
-// group anywhere, read in place:
+// group anywhere, read in place. Keys are laid out for integer dot products: rows of 4
+// dimensions, each position's 4 bytes together (q8_key_index).
 struct Q8SpanGroups {
-  const int8_t* const* keys;            // per group: int8 [head_size, key_stride]
+  const int8_t* const* keys;            // per group: int8 [head_size / 4, key_stride, 4]
   const uint16_t* const* key_scales;    // per group: f16 [head_size / 32, key_stride]
-  int64_t key_stride;                   // >= kAttentionGroupPositions
+  int64_t key_stride;                   // positions per row, >= kAttentionGroupPositions
   const int8_t* const* values;          // per group: int8 [kAttentionGroupPositions, head_size]
   const uint16_t* const* value_scales;  // per group: f16 [kAttentionGroupPositions, head_size / 32]
 };
 
-// attention_span_update over such a span, each value widened (q * scale, exact in f32) as it is
-// loaded: the same bits as widening the span first and calling attention_span_update. Only where
-// attention_reads_q8(head_size) holds (the AVX-512 and AVX2 kernels, head sizes a multiple of
-// 32); elsewhere callers widen.
+// Where dimension d of position p (of a row of `stride` positions) lies in q8 keys.
+inline int64_t q8_key_index(int p, int d, int64_t stride) {
+  return (d / 4) * stride * 4 + static_cast<int64_t>(p) * 4 + d % 4;
+}
+
+// Query rows quantized for q8 scores, as llama.cpp does for q8_0 caches: each row times the
+// softmax scale, then per 32 dimensions an f32 scale d = max|x| / 127 and int8 round(x / d)
+// (halves to even). Computed once per run of tokens and reused for all its spans.
+//   values: int8 [num_tokens * group, head_size] (row = token * group + head)
+//   scales: f32 [num_tokens * group, head_size / 32]
+struct Q8Queries {
+  const int8_t* values;
+  const float* scales;
+};
+// Token i's `group` query heads at queries + i * token_stride.
+void quantize_queries_q8(const float* queries, int64_t token_stride, int num_tokens, int group,
+                         int head_size, float scale, int8_t* values, float* scales);
+
+// attention_span_update over a q8 span for quantized queries: scores from exact integer dot
+// products per 32 dimensions, score = sum over the groups, in order, of
+// fma(dot, query scale * key scale, score); values widened exactly (q * scale) as they are
+// loaded. The same bits at every level (AVX-512 VNNI, AVX2, portable), for every path (decode
+// tokens and prompt chunks read the same way). Head sizes: multiples of 32 up to 1024.
 bool attention_reads_q8(int head_size);
-void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
-                              int group, int head_size, float scale, const int* visible,
-                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
-                              float* running_max, float* running_sum, float* accumulator);
+void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int group, int head_size,
+                              const int* visible, const Q8SpanGroups& span, float* scores,
+                              int64_t score_stride, float* running_max, float* running_sum,
+                              float* accumulator);
 
 // out = accumulator / running_sum, per head. out: f32 [group, head_size]
 void attention_finish(const float* accumulator, const float* running_sum, int group,

@@ -33,12 +33,11 @@ void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
                                         int64_t score_stride, float* running_max,
                                         float* running_sum, float* accumulator);
 
-// attention_span_update_q8 at an explicit level whose kernel reads q8.
+// attention_span_update_q8 at an explicit level (every level reads q8).
 bool attention_reads_q8_at_level(KernelLevel level, int head_size);
-void attention_span_update_q8_at_level(KernelLevel level, const float* queries,
-                                       int64_t token_stride, int num_tokens, int group,
-                                       int head_size, float scale, const int* visible,
-                                       const Q8SpanGroups& span, float* scores,
+void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queries,
+                                       int num_tokens, int group, int head_size,
+                                       const int* visible, const Q8SpanGroups& span, float* scores,
                                        int64_t score_stride, float* running_max,
                                        float* running_sum, float* accumulator);
 
@@ -61,10 +60,10 @@ void attention_span_update_q8_at_level(KernelLevel level, const float* queries,
                                  int64_t score_stride, float* running_max, float* running_sum, \
                                  float* accumulator);                                          \
   /* The same with keys and values as q8 (kernels::attention_span_update_q8). */               \
-  void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,    \
-                                int group, int head_size, float scale, const int* visible,     \
-                                const Q8SpanGroups& span, float* scores, int64_t score_stride, \
-                                float* running_max, float* running_sum, float* accumulator);
+  void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int group,           \
+                                int head_size, const int* visible, const Q8SpanGroups& span,   \
+                                float* scores, int64_t score_stride, float* running_max,       \
+                                float* running_sum, float* accumulator);
 namespace avx2 {
 TACHYON_LEVEL_ATTENTION_KERNELS
 }  // namespace avx2

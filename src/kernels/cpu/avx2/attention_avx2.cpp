@@ -4,9 +4,10 @@
 // the same bits at every level, with register tiles sized for AVX2's 16 vector registers:
 // 4 query rows x 24 positions of scores, or 4 rows x 24 output dimensions, per pass (12
 // accumulators, 3 loaded vectors and a broadcast). Each key or value vector loaded serves 4 rows.
-// Keys and values come as f32 or, straight from an f16 or q8 cache (contiguous or paged), as
-// f16 bits or int8 times their scale, widened as they are loaded (exactly, so the same bits as
-// widening them first).
+// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
+// bits widened as they are loaded (exactly, so the same bits as widening them first). From a q8
+// cache, scores are integer dot products of the keys with the query quantized as q8
+// (attention.h), and values are widened exactly as they are loaded.
 
 #include <immintrin.h>
 
@@ -41,13 +42,11 @@ constexpr int kAlignment = 32;  // of the pre-scaled queries: one vector
 // blocks, in place). f16 and q8 keys are read 8 at a time without a mask (AVX2 has no masked
 // 8- or 16-bit load): a group always holds room for its 16 positions (key_stride >= 16), and
 // lanes past the span's positions are never stored.
-// q8 sources (kScaled) also give each value's scale, one per kQ8Group dimensions of a position:
-//   key_scale_vector(p): scales of dimensions [0, 32) of positions [p, p + 8), of [32, 64)
-//                        key_stride on;
-//   value_scales(p):     position p's head_size / 32 scales.
+// q8 sources (kQ8) come with quantized queries and also give each value's scale, one per kQ8Group dimensions of a position,
+// value_scales(p): position p's head_size / 32 scales; their keys are read by q8_score_tile.
 struct ContiguousF32 {
   using Element = float;
-  static constexpr bool kScaled = false;
+  static constexpr bool kQ8 = false;
   const float* keys;  // f32 [head_size, key_stride]
   int64_t key_stride;
   const float* values;  // f32 [positions, head_size]
@@ -57,7 +56,7 @@ struct ContiguousF32 {
 };
 struct GroupedF16 {
   using Element = uint16_t;
-  static constexpr bool kScaled = false;
+  static constexpr bool kQ8 = false;
   const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
   int64_t key_stride;
   const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
@@ -69,14 +68,11 @@ struct GroupedF16 {
 };
 struct GroupedQ8 {
   using Element = int8_t;
-  static constexpr bool kScaled = true;
+  static constexpr bool kQ8 = true;
   const Q8SpanGroups& span;
+  const Q8Queries& queries;
   int64_t key_stride;
   int head_size;
-  const int8_t* key_vector(int p) const { return span.keys[p / kSumLanes] + p % kSumLanes; }
-  const uint16_t* key_scale_vector(int p) const {
-    return span.key_scales[p / kSumLanes] + p % kSumLanes;
-  }
   const int8_t* value_row(int p) const {
     return span.values[p / kSumLanes] + static_cast<int64_t>(p % kSumLanes) * head_size;
   }
@@ -98,10 +94,6 @@ TACHYON_INLINE __m256 load_keys(__m256i mask, const float* p) {
 TACHYON_INLINE __m256 load_keys(__m256i, const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-// q8's int8 keys, unscaled (q8 sources multiply by their scale), all lanes read.
-TACHYON_INLINE __m256 load_keys(__m256i, const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
 // 8 whole values (head sizes are multiples of 8 here).
 TACHYON_INLINE __m256 load_values(const float* p) { return _mm256_loadu_ps(p); }
 TACHYON_INLINE __m256 load_values(const uint16_t* p) {
@@ -116,7 +108,7 @@ template <int kVectors, typename Source>
 TACHYON_INLINE void load_value_vectors(const Source& source, int p, int d0, __m256* value) {
   const typename Source::Element* v = source.value_row(p) + d0;
   for (int j = 0; j < kVectors; ++j) value[j] = load_values(v + j * kLanes);
-  if constexpr (Source::kScaled) {
+  if constexpr (Source::kQ8) {
     const uint16_t* scales = source.value_scales(p);
     for (int j = 0; j < kVectors; ++j) {
       value[j] = _mm256_mul_ps(value[j],
@@ -177,27 +169,15 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& sour
   }
   const typename Source::Element* k[kVectors];
   for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 + j * kLanes);
-  // Dimensions in runs that share a scale (q8: 32; otherwise the whole head).
-  const int run = Source::kScaled ? kQ8Group : head_size;
-  for (int d0 = 0; d0 < head_size; d0 += run) {
-    __m256 key_scale[kVectors];
-    if constexpr (Source::kScaled) {
-      for (int j = 0; j < kVectors; ++j) {
-        key_scale[j] = load_values(source.key_scale_vector(p0 + j * kLanes) +
-                                   d0 / kQ8Group * source.key_stride);
-      }
+  for (int d = 0; d < head_size; ++d) {
+    __m256 key[kVectors];
+    for (int j = 0; j < kVectors; ++j) {
+      key[j] = load_keys(mask[j], k[j]);
+      k[j] += source.key_stride;
     }
-    for (int d = d0; d < d0 + run; ++d) {
-      __m256 key[kVectors];
-      for (int j = 0; j < kVectors; ++j) {
-        key[j] = load_keys(mask[j], k[j]);
-        if constexpr (Source::kScaled) key[j] = _mm256_mul_ps(key[j], key_scale[j]);
-        k[j] += source.key_stride;
-      }
-      for (int r = 0; r < kRows; ++r) {
-        const __m256 qd = _mm256_broadcast_ss(q + r * head_size + d);
-        for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_fmadd_ps(qd, key[j], acc[r][j]);
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 qd = _mm256_broadcast_ss(q + r * head_size + d);
+      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm256_fmadd_ps(qd, key[j], acc[r][j]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -224,6 +204,59 @@ TACHYON_INLINE void tile_scores(const float* q, int head_size, const Source& sou
       return score_tile<kRows, 2>(q, head_size, source, p0, positions, scores);
     default:
       return;
+  }
+}
+
+// Scores of q8 keys (attention.h's arithmetic) for the 8 positions from p0: per 32
+// dimensions, integer dot products with VPMADDUBSW, which takes unsigned bytes, so |q| goes in
+// and q's sign moves to the keys (|q * k| <= 127 * 127: no pair saturates), then
+// score = fma(dot, query scale * key scale, score). Positions past the span are read (a group
+// has room for 16) and never stored.
+template <int kRows>
+TACHYON_INLINE void q8_score_tile(int first, int head_size, const GroupedQ8& source, int p0,
+                                  int positions, float* const* scores) {
+  const int groups = head_size / kQ8Group;
+  const __m256i mask = first_lanes(positions - p0);
+  __m256 score[kRows];
+  for (int r = 0; r < kRows; ++r) score[r] = _mm256_setzero_ps();
+  const int8_t* keys = source.span.keys[p0 / kSumLanes] + (p0 % kSumLanes) * 4;
+  const uint16_t* key_scales = source.span.key_scales[p0 / kSumLanes] + p0 % kSumLanes;
+  const int64_t row_bytes = source.key_stride * 4;  // one row of 4 dimensions
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int g = 0; g < head_size / kQ8Group; ++g) {
+    __m256i dot[kRows];
+    for (int r = 0; r < kRows; ++r) dot[r] = _mm256_setzero_si256();
+    for (int c = g * kQ8Group / 4; c < (g + 1) * kQ8Group / 4; ++c) {
+      // 8 positions x 4 dimensions.
+      const __m256i key =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + c * row_bytes));
+      for (int r = 0; r < kRows; ++r) {
+        int32_t four;  // dimensions 4c..4c+3 of the row
+        __builtin_memcpy(&four, source.queries.values + (first + r) * head_size + 4 * c, 4);
+        const __m256i qd = _mm256_set1_epi32(four);
+        const __m256i pairs =
+            _mm256_maddubs_epi16(_mm256_sign_epi8(qd, qd), _mm256_sign_epi8(key, qd));
+        dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+    const __m256 key_scale = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(key_scales + g * source.key_stride)));
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 factor = _mm256_mul_ps(
+          _mm256_set1_ps(source.queries.scales[(first + r) * groups + g]), key_scale);
+      score[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), factor, score[r]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) _mm256_maskstore_ps(scores[r] + p0, mask, score[r]);
+}
+
+// Scores of q8 keys for rows [first, first + kRows) of the quantized queries, 8 positions per
+// pass.
+template <int kRows>
+TACHYON_INLINE void q8_tile_scores(int first, int head_size, const GroupedQ8& source,
+                                   int positions, float* const* scores) {
+  for (int p0 = 0; p0 < positions; p0 += kLanes) {
+    q8_score_tile<kRows>(first, head_size, source, p0, positions, scores);
   }
 }
 
@@ -366,12 +399,13 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
               score_stride, running_max, running_sum, accumulator);
 }
 
-void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
-                              int group, int head_size, float scale, const int* visible,
-                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
-                              float* running_max, float* running_sum, float* accumulator) {
-  const GroupedQ8 source{span, span.key_stride, head_size};
-  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int group, int head_size,
+                              const int* visible, const Q8SpanGroups& span, float* scores,
+                              int64_t score_stride, float* running_max, float* running_sum,
+                              float* accumulator) {
+  const GroupedQ8 source{span, queries, span.key_stride, head_size};
+  // The float queries and scale are not read: the scores come from the quantized ones.
+  span_update(nullptr, 0, num_tokens, group, head_size, 1.0f, visible, source, scores,
               score_stride, running_max, running_sum, accumulator);
 }
 

@@ -3,9 +3,10 @@
 // the same exp, lane sums and rescaling), so each row's result is the same bits either way, but
 // with register tiles sized for 32 vector registers: 6 query rows x 64 positions of scores, or
 // 6 rows x 64 output dimensions, per pass. Each key or value vector loaded serves 6 rows.
-// Keys and values come as f32 or, straight from an f16 or q8 cache (contiguous or paged), as
-// f16 bits or int8 times their scale, widened as they are loaded (exactly, so the same bits as
-// widening them first).
+// Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
+// bits widened as they are loaded (exactly, so the same bits as widening them first). From a q8
+// cache, scores are integer dot products (VNNI) of the keys with the query quantized as q8
+// (attention.h), and values are widened exactly as they are loaded.
 
 // GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
 // uninitialized (GCC bug 105593); that is their purpose.
@@ -54,12 +55,11 @@ TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const int8_t* p) {
 //   key_vector(g): dimension 0 of group g's positions, dimension d key_stride elements on;
 //   value_row(p):  position p's head_size values.
 // Contiguous f32 (widened spans), or f16 or q8 groups anywhere (a cache's blocks, in place).
-// q8 sources (kScaled) also give each value's scale, one per kQ8Group dimensions of a position:
-//   key_scale_vector(g): group g's scales of dimensions [0, 32), of [32, 64) key_stride on;
-//   value_scales(p):     position p's head_size / 32 scales.
+// q8 sources (kQ8) come with quantized queries and also give each value's scale, one per kQ8Group dimensions of a position,
+// value_scales(p): position p's head_size / 32 scales; their keys are read by q8_score_tile.
 struct ContiguousF32 {
   using Element = float;
-  static constexpr bool kScaled = false;
+  static constexpr bool kQ8 = false;
   const float* keys;  // f32 [head_size, key_stride]
   int64_t key_stride;
   const float* values;  // f32 [positions, head_size]
@@ -69,7 +69,7 @@ struct ContiguousF32 {
 };
 struct GroupedF16 {
   using Element = uint16_t;
-  static constexpr bool kScaled = false;
+  static constexpr bool kQ8 = false;
   const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
   int64_t key_stride;
   const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
@@ -81,12 +81,11 @@ struct GroupedF16 {
 };
 struct GroupedQ8 {
   using Element = int8_t;
-  static constexpr bool kScaled = true;
+  static constexpr bool kQ8 = true;
   const Q8SpanGroups& span;
+  const Q8Queries& queries;
   int64_t key_stride;
   int head_size;
-  const int8_t* key_vector(int g) const { return span.keys[g]; }
-  const uint16_t* key_scale_vector(int g) const { return span.key_scales[g]; }
   const int8_t* value_row(int p) const {
     return span.values[p / kLanes] + static_cast<int64_t>(p % kLanes) * head_size;
   }
@@ -101,7 +100,7 @@ TACHYON_INLINE void load_values(const Source& source, int p, int d0, const __mma
                                 __m512* value) {
   const typename Source::Element* v = source.value_row(p) + d0;
   for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
-  if constexpr (Source::kScaled) {
+  if constexpr (Source::kQ8) {
     const uint16_t* scales = source.value_scales(p);
     for (int j = 0; j < kVectors; ++j) {
       value[j] = _mm512_mul_ps(value[j],
@@ -165,27 +164,15 @@ TACHYON_INLINE void score_tile(const float* q, int head_size, const Source& sour
   }
   const typename Source::Element* k[kVectors];
   for (int j = 0; j < kVectors; ++j) k[j] = source.key_vector(p0 / kLanes + j);
-  // Dimensions in runs that share a scale (q8: 32; otherwise the whole head).
-  const int run = Source::kScaled ? kQ8Group : head_size;
-  for (int d0 = 0; d0 < head_size; d0 += run) {
-    __m512 key_scale[kVectors];
-    if constexpr (Source::kScaled) {
-      for (int j = 0; j < kVectors; ++j) {
-        key_scale[j] = load_lanes(mask[j], source.key_scale_vector(p0 / kLanes + j) +
-                                               d0 / kQ8Group * source.key_stride);
-      }
+  for (int d = 0; d < head_size; ++d) {
+    __m512 key[kVectors];
+    for (int j = 0; j < kVectors; ++j) {
+      key[j] = load_lanes(mask[j], k[j]);
+      k[j] += source.key_stride;
     }
-    for (int d = d0; d < d0 + run; ++d) {
-      __m512 key[kVectors];
-      for (int j = 0; j < kVectors; ++j) {
-        key[j] = load_lanes(mask[j], k[j]);
-        if constexpr (Source::kScaled) key[j] = _mm512_mul_ps(key[j], key_scale[j]);
-        k[j] += source.key_stride;
-      }
-      for (int r = 0; r < kRows; ++r) {
-        const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
-        for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 qd = _mm512_set1_ps(q[r * head_size + d]);
+      for (int j = 0; j < kVectors; ++j) acc[r][j] = _mm512_fmadd_ps(qd, key[j], acc[r][j]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -215,6 +202,80 @@ TACHYON_INLINE void tile_scores(const float* q, int head_size, const Source& sou
     default:
       return;
   }
+}
+
+// Scores of q8 keys (attention.h's arithmetic) for kVectors vectors of positions from p0:
+// per 32 dimensions, integer dot products with VPDPBUSD, which takes unsigned bytes, so the
+// query goes in as q + 128 and 128 times the keys' sum is taken off again (both exact), then
+// score = fma(dot, query scale * key scale, score).
+template <int kRows, int kVectors>
+TACHYON_INLINE void q8_score_tile(int first, int head_size, const GroupedQ8& source, int p0,
+                                  int positions, float* const* scores) {
+  const int groups = head_size / kQ8Group;
+  __mmask16 mask[kVectors];
+  for (int j = 0; j < kVectors; ++j) mask[j] = first_lanes(positions - p0 - j * kLanes);
+  __m512 score[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) score[r][j] = _mm512_setzero_ps();
+  }
+  const int8_t* keys[kVectors];
+  const uint16_t* key_scales[kVectors];
+  for (int j = 0; j < kVectors; ++j) {
+    keys[j] = source.span.keys[p0 / kLanes + j];
+    key_scales[j] = source.span.key_scales[p0 / kLanes + j];
+  }
+  const int64_t row_bytes = source.key_stride * 4;  // one row of 4 dimensions
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int g = 0; g < head_size / kQ8Group; ++g) {
+    __m512i dot[kRows][kVectors];
+    __m512i key_sum[kVectors];
+    for (int j = 0; j < kVectors; ++j) {
+      key_sum[j] = _mm512_setzero_si512();
+      for (int r = 0; r < kRows; ++r) dot[r][j] = _mm512_setzero_si512();
+    }
+    for (int c = g * kQ8Group / 4; c < (g + 1) * kQ8Group / 4; ++c) {
+      __m512i key[kVectors];
+      for (int j = 0; j < kVectors; ++j) {
+        // 16 positions x 4 dimensions; positions past the span are read (the group has room)
+        // and never stored.
+        key[j] = _mm512_loadu_si512(keys[j] + c * row_bytes);
+        key_sum[j] = _mm512_dpbusd_epi32(key_sum[j], bias, key[j]);
+      }
+      for (int r = 0; r < kRows; ++r) {
+        int32_t four;  // dimensions 4c..4c+3 of the row, + 128 each
+        __builtin_memcpy(&four, source.queries.values + (first + r) * head_size + 4 * c, 4);
+        const __m512i qd = _mm512_set1_epi32(four ^ static_cast<int32_t>(0x80808080u));
+        for (int j = 0; j < kVectors; ++j) dot[r][j] = _mm512_dpbusd_epi32(dot[r][j], qd, key[j]);
+      }
+    }
+    for (int j = 0; j < kVectors; ++j) {
+      const __m512 key_scale = load_lanes(mask[j], key_scales[j] + g * source.key_stride);
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 factor = _mm512_mul_ps(
+            _mm512_set1_ps(source.queries.scales[(first + r) * groups + g]), key_scale);
+        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][j], key_sum[j]));
+        score[r][j] = _mm512_fmadd_ps(exact, factor, score[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kVectors; ++j) {
+      _mm512_mask_storeu_ps(scores[r] + p0 + j * kLanes, mask[j], score[r][j]);
+    }
+  }
+}
+
+// Scores of q8 keys for rows [first, first + kRows) of the quantized queries, two vectors of
+// positions per pass.
+template <int kRows>
+TACHYON_INLINE void q8_tile_scores(int first, int head_size, const GroupedQ8& source,
+                                   int positions, float* const* scores) {
+  constexpr int kWide = 2 * kLanes;
+  int p0 = 0;
+  for (; positions - p0 > kLanes; p0 += kWide) {
+    q8_score_tile<kRows, 2>(first, head_size, source, p0, positions, scores);
+  }
+  if (positions > p0) q8_score_tile<kRows, 1>(first, head_size, source, p0, positions, scores);
 }
 
 // The portable kernel's softmax_step on 16 lanes: the row's first `visible` scores become
@@ -349,12 +410,13 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
               score_stride, running_max, running_sum, accumulator);
 }
 
-void attention_span_update_q8(const float* queries, int64_t token_stride, int num_tokens,
-                              int group, int head_size, float scale, const int* visible,
-                              const Q8SpanGroups& span, float* scores, int64_t score_stride,
-                              float* running_max, float* running_sum, float* accumulator) {
-  const GroupedQ8 source{span, span.key_stride, head_size};
-  span_update(queries, token_stride, num_tokens, group, head_size, scale, visible, source, scores,
+void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int group, int head_size,
+                              const int* visible, const Q8SpanGroups& span, float* scores,
+                              int64_t score_stride, float* running_max, float* running_sum,
+                              float* accumulator) {
+  const GroupedQ8 source{span, queries, span.key_stride, head_size};
+  // The float queries and scale are not read: the scores come from the quantized ones.
+  span_update(nullptr, 0, num_tokens, group, head_size, 1.0f, visible, source, scores,
               score_stride, running_max, running_sum, accumulator);
 }
 
