@@ -467,8 +467,6 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
              ++b) {
           cache.prefetch_block(layer, sequence.block_table[b], kv_head);
         }
-      }
-      if (head_spans == nullptr && read_in_place && cache.type() == DType::kQ8_0) {
         const int8_t* key_groups[kMaxGroups];
         const uint16_t* key_scale_groups[kMaxGroups];
         const int8_t* value_groups[kMaxGroups];
