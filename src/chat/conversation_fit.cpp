@@ -17,8 +17,7 @@ std::string_view role_of(const boost::json::value& message) {
 }  // namespace
 
 Result<FittedConversation> fit_conversation(const boost::json::array& messages,
-                                            int64_t max_prompt_tokens,
-                                            RenderTokens render_tokens) {
+                                            int64_t max_prompt_tokens, RenderTokens render_tokens) {
   FittedConversation fitted;
   TACHYON_ASSIGN_OR_RETURN(fitted.prompt, render_tokens(messages));
   const int64_t full_tokens = static_cast<int64_t>(fitted.prompt.size());
@@ -47,8 +46,8 @@ Result<FittedConversation> fit_conversation(const boost::json::array& messages,
   };
   auto too_long = [&](int64_t tokens) {
     return out_of_range(fmt::format(
-        "the system messages and the last user turn alone take {} tokens; at most {} fit",
-        tokens, max_prompt_tokens));
+        "the system messages and the last user turn alone take {} tokens; at most {} fit", tokens,
+        max_prompt_tokens));
   };
   const size_t most = cuts.size() - 1;
   if (most == 0) return too_long(full_tokens);

@@ -28,7 +28,6 @@ using RenderTokens = FunctionRef<Result<std::vector<int32_t>>(const boost::json:
 // (none when it fits already: one render). An out_of_range error, naming both counts, when even
 // the messages that always stay do not fit; the renderer's error when it fails.
 Result<FittedConversation> fit_conversation(const boost::json::array& messages,
-                                            int64_t max_prompt_tokens,
-                                            RenderTokens render_tokens);
+                                            int64_t max_prompt_tokens, RenderTokens render_tokens);
 
 }  // namespace tachyon

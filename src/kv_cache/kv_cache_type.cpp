@@ -11,8 +11,7 @@ Result<DType> parse_kv_cache_type(std::string_view name) {
   if (name == "f16") return DType::kF16;
   if (name == "f32") return DType::kF32;
   if (name == "q8") return DType::kQ8_0;
-  return invalid_argument(
-      fmt::format("unknown KV cache type '{}': expected f16, f32 or q8", name));
+  return invalid_argument(fmt::format("unknown KV cache type '{}': expected f16, f32 or q8", name));
 }
 
 std::string_view kv_cache_type_name(DType type) {
@@ -33,9 +32,10 @@ Status check_kv_cache_type(DType type, int head_size) {
     return unsupported(fmt::format("a KV cache stores f16, f32 or q8, not {}", dtype_name(type)));
   }
   if (type == DType::kQ8_0 && head_size % kernels::kQ8Group != 0) {
-    return unsupported(fmt::format("a q8 KV cache needs heads of a multiple of {} values; this "
-                                   "model's hold {} (use --cache-type f16)",
-                                   kernels::kQ8Group, head_size));
+    return unsupported(
+        fmt::format("a q8 KV cache needs heads of a multiple of {} values; this "
+                    "model's hold {} (use --cache-type f16)",
+                    kernels::kQ8Group, head_size));
   }
   return Status();
 }

@@ -99,8 +99,8 @@ TEST(ConversationFitTest, TooLongAloneIsAnErrorNamingBothCounts) {
   EXPECT_EQ(fitted.status().message(),
             "the system messages and the last user turn alone take 17 tokens; at most 16 fit");
   // A single user message with nothing to drop.
-  auto single = fit_conversation(boost::json::array{message("user", "a long question")}, 5,
-                                 renderer);
+  auto single =
+      fit_conversation(boost::json::array{message("user", "a long question")}, 5, renderer);
   ASSERT_FALSE(single.ok());
   EXPECT_EQ(single.status().message(),
             "the system messages and the last user turn alone take 16 tokens; at most 5 fit");

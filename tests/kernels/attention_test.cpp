@@ -148,6 +148,22 @@ TEST(AttentionKernelTest, SpanUpdateMatchesOneTokenUpdatesBitForBit) {
 // the same values widened to f32 by the others.
 class AttentionLevelTest : public testing::TestWithParam<kernels::KernelLevel> {};
 
+struct LevelCase {
+  int num_tokens, group, head_size, span;
+};
+
+// How many of the span's positions each token sees: 0: all; 1: causal, the first tokens seeing
+// none; 2: scattered counts.
+std::vector<int> visible_counts(int pattern, const LevelCase& c, std::mt19937& rng) {
+  std::vector<int> visible(c.num_tokens);
+  for (int i = 0; i < c.num_tokens; ++i) {
+    visible[i] = pattern == 0   ? c.span
+                 : pattern == 1 ? std::clamp(c.span - c.num_tokens + i - 1, 0, c.span)
+                                : static_cast<int>(rng() % (c.span + 1));
+  }
+  return visible;
+}
+
 TEST_P(AttentionLevelTest, MatchesPortableBitForBit) {
   const kernels::KernelLevel level = GetParam();
   if (!kernels::kernel_level_available(level)) {
@@ -155,9 +171,6 @@ TEST_P(AttentionLevelTest, MatchesPortableBitForBit) {
   }
   std::mt19937 rng(23);
   std::normal_distribution<float> normal;
-  struct LevelCase {
-    int num_tokens, group, head_size, span;
-  };
   int checked = 0;
   int checked_f16 = 0;
   for (const LevelCase c : {LevelCase{16, 3, 64, 128}, LevelCase{1, 3, 64, 128},
@@ -201,13 +214,7 @@ TEST_P(AttentionLevelTest, MatchesPortableBitForBit) {
       }
     }
     for (int pattern = 0; pattern < 3; ++pattern) {
-      std::vector<int> visible(c.num_tokens);
-      for (int i = 0; i < c.num_tokens; ++i) {
-        // 0: the whole span; 1: causal, the first tokens seeing none; 2: scattered counts.
-        visible[i] = pattern == 0   ? c.span
-                     : pattern == 1 ? std::clamp(c.span - c.num_tokens + i - 1, 0, c.span)
-                                    : static_cast<int>(rng() % (c.span + 1));
-      }
+      const std::vector<int> visible = visible_counts(pattern, c, rng);
       const int rows = c.num_tokens * c.group;
       std::vector<float> max0(rows), sum0(rows), acc0(static_cast<size_t>(rows) * c.head_size);
       for (int r = 0; r < rows; ++r) {
@@ -275,9 +282,6 @@ TEST_P(AttentionLevelTest, Q8InPlaceMatchesPortableBitForBit) {
   }
   std::mt19937 rng(29);
   std::normal_distribution<float> normal;
-  struct LevelCase {
-    int num_tokens, group, head_size, span;
-  };
   int checked = 0;
   double worst = 0, total = 0;
   int64_t compared = 0;
@@ -345,12 +349,7 @@ TEST_P(AttentionLevelTest, Q8InPlaceMatchesPortableBitForBit) {
     const kernels::Q8SpanGroups span{key_groups.data(), key_scale_groups.data(), group_positions,
                                      value_groups.data(), value_scale_groups.data()};
     for (int pattern = 0; pattern < 3; ++pattern) {
-      std::vector<int> visible(c.num_tokens);
-      for (int i = 0; i < c.num_tokens; ++i) {
-        visible[i] = pattern == 0   ? c.span
-                     : pattern == 1 ? std::clamp(c.span - c.num_tokens + i - 1, 0, c.span)
-                                    : static_cast<int>(rng() % (c.span + 1));
-      }
+      const std::vector<int> visible = visible_counts(pattern, c, rng);
       const int rows = c.num_tokens * c.group;
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
       std::vector<int8_t> q8_queries(static_cast<size_t>(rows) * c.head_size);

@@ -24,8 +24,8 @@ TEST(ConvertTest, Q8RowsAreQ8_0Blocks) {
   const int n = 32 * 9;
   std::vector<float> x(n);
   for (int i = 0; i < n; ++i) x[i] = normal(rng) * (1 + i / 32);  // a different range per group
-  for (int i = 64; i < 96; ++i) x[i] = 0.0f;                        // an all-zero group
-  x[100] = 1e4f;                                                    // an outlier
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;                      // an all-zero group
+  x[100] = 1e4f;                                                  // an outlier
   std::vector<int8_t> q(n);
   std::vector<uint16_t> scales(n / kernels::kQ8Group);
   kernels::f32_to_q8_row(x.data(), q.data(), scales.data(), n);
@@ -41,8 +41,9 @@ TEST(ConvertTest, Q8RowsAreQ8_0Blocks) {
   ASSERT_TRUE(reference::dequantize(DType::kQ8_0, blocks.data(), expected.data(), n).ok());
   EXPECT_EQ(0, std::memcmp(back.data(), expected.data(), n * sizeof(float)));
   for (int i = 0; i < n; ++i) {
-    const float amax = *std::max_element(x.begin() + i / 32 * 32, x.begin() + i / 32 * 32 + 32,
-                                         [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+    const float amax =
+        *std::max_element(x.begin() + i / 32 * 32, x.begin() + i / 32 * 32 + 32,
+                          [](float a, float b) { return std::fabs(a) < std::fabs(b); });
     EXPECT_LE(std::fabs(back[i] - x[i]), std::fabs(amax) / 127.0f * 0.6f + 1e-6f) << i;
   }
 }
