@@ -331,6 +331,34 @@ std::optional<ApiError> refuse_unsupported(FieldReader& fields, Endpoint endpoin
       return ApiError::invalid_request("'suffix' is not supported", "suffix", "unsupported_value");
     }
   }
+  // Tool calling is not built yet: a request that needs it gets a 400 rather than plain text a
+  // client cannot tell from an answer. Tools the client forbids (tool_choice "none") are fine.
+  const json::value* tool_choice = fields.find("tool_choice");
+  const bool tools_forbidden =
+      tool_choice != nullptr && tool_choice->is_string() && tool_choice->get_string() == "none";
+  for (const char* key : {"tools", "functions"}) {
+    const json::value* tools = fields.find(key);
+    const bool empty = tools == nullptr || tools->is_null() ||
+                       (tools->is_array() && tools->get_array().empty());
+    if (!empty && !tools_forbidden) {
+      return ApiError::invalid_request(
+          fmt::format("'{}' is not supported yet: this server does not produce tool calls (send "
+                      "tool_choice \"none\" to answer in text)",
+                      key),
+          std::string(key), "unsupported_value");
+    }
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    const json::value* choice = fields.find(key);
+    if (choice == nullptr || choice->is_null()) continue;
+    if (choice->is_string() && (choice->get_string() == "none" || choice->get_string() == "auto")) {
+      continue;  // with no tools (refused above otherwise), both mean a text answer
+    }
+    return ApiError::invalid_request(
+        fmt::format("'{}' {} is not supported yet: this server does not produce tool calls", key,
+                    json::serialize(*choice)),
+        std::string(key), "unsupported_value");
+  }
   if (const json::value* format = fields.find("response_format")) {
     const json::object* object = format->if_object();
     const json::value* type = object ? object->if_contains("type") : nullptr;

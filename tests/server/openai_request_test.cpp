@@ -237,6 +237,27 @@ TEST(OpenAiRequestTest, UnsupportedChoicesAreRefused) {
   expect_param(completion_error(R"("prompt":"x","suffix":"end")"), "suffix");
 }
 
+// Tool calling is not built: asking for it is a 400 naming the field, never a silent text
+// answer; no tools, empty ones, or tool_choice "none" are fine.
+TEST(OpenAiRequestTest, ToolCallingIsRefusedUntilBuilt) {
+  const std::string tool =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}}])";
+  const ApiError tools = chat_error(tool);
+  expect_param(tools, "tools");
+  EXPECT_EQ(tools.code.value_or(""), "unsupported_value");
+  EXPECT_NE(tools.message.find("not supported yet"), std::string::npos) << tools.message;
+  expect_param(chat_error(tool + R"(,"tool_choice":"auto")"), "tools");
+  expect_param(chat_error(tool + R"(,"tool_choice":"required")"), "tools");
+  expect_param(chat_error(R"("tool_choice":"required")"), "tool_choice");
+  expect_param(chat_error(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
+               "tool_choice");
+  expect_param(chat_error(R"("functions":[{"name":"f"}])"), "functions");
+  expect_param(chat_error(R"("function_call":{"name":"f"})"), "function_call");
+  EXPECT_FALSE(parse_chat_ok(tool + R"(,"tool_choice":"none")").stream);
+  EXPECT_FALSE(parse_chat_ok(R"("tools":[],"tool_choice":"auto")").stream);
+  EXPECT_FALSE(parse_chat_ok(R"("tools":null,"function_call":"none")").stream);
+}
+
 TEST(OpenAiRequestTest, StreamOptionsPriorityAndSalt) {
   OpenAiRequest request =
       parse_chat_ok(R"("stream":true,"stream_options":{"include_usage":true},"cache_salt":"s1")");
