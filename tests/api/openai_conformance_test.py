@@ -466,6 +466,21 @@ def test_errors(api: Api) -> None:
     except openai.BadRequestError as error:
         check("n=2: 400 param n", error.status_code == 400 and error.body.get("param") == "n", error.body)
 
+    # Tool calling (not built yet) is refused, never answered with plain text.
+    weather = [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    expect_error(api, "tools with tool_choice required: 400 param tools",
+                 lambda: api.chat(CAPITAL, max_tokens=4, tools=weather, tool_choice="required"),
+                 400, param="tools")
+    expect_error(api, "tool_choice naming a function: 400",
+                 lambda: api.chat(CAPITAL, max_tokens=4, tools=weather,
+                                  tool_choice={"type": "function",
+                                               "function": {"name": "get_weather"}}), 400)
+    response = api.chat(CAPITAL, max_tokens=4, tools=weather, tool_choice="none")
+    check("tools with tool_choice none: a text answer",
+          response.choices[0].message.content is not None and
+          not response.choices[0].message.tool_calls, response)
+
     huge = [{"role": "user", "content": "hello " * (api.ctx + 1000)}]
     error = expect_error(api, "prompt over the context: 400 context_length_exceeded",
                          lambda: api.chat(huge, max_tokens=4), 400, code="context_length_exceeded",
