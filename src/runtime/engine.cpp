@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kv_cache/kv_cache_type.h"
 #include "runtime/engine_core.h"
 
 namespace tachyon {
@@ -43,6 +44,8 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
         "speculative draft tokens {} is not in 0..64 (or a negative sequence or cache limit)",
         speculative.max_draft_tokens));
   }
+  // Before any size is computed for it: a type the heads do not fit is an error, not a CHECK.
+  TACHYON_RETURN_IF_ERROR(check_kv_cache_type(options.kv_cache_type, config.head_size));
   int64_t kv_bytes = options.kv_cache_bytes;
   if (kv_bytes <= 0) {
     if (options.kv_cache_fraction <= 0 || options.kv_cache_fraction > 1) {

@@ -58,6 +58,23 @@ std::vector<std::vector<TokenId>> make_prompts(const Tokenizer& tokenizer, int c
   return prompts;
 }
 
+// A KV cache type the model's heads do not fit (q8 needs multiples of 32 values; the tiny
+// model's heads hold 16) is an error from Engine::create, not a crash.
+TEST(EngineTest, RefusesAKvCacheTypeTheHeadsDoNotFit) {
+  LoadedModel loaded = load(kTinyModel);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(1);
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  options.kv_cache_type = DType::kQ8_0;
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(engine.status().message().find("this model's hold 16"), std::string::npos)
+      << engine.status().message();
+}
+
 // The paged batch path computes what the single-sequence path computes, on a tiny f32 model
 // with an f32 cache (the two attention implementations differ only in rounding).
 TEST(EngineTest, MatchesTheSingleSequenceGenerator) {
