@@ -8,7 +8,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   clang libclang-rt-dev llvm
   libboost1.81-dev libboost-json1.81-dev libcli11-dev libspdlog-dev libfmt-dev
-  libpcre2-dev libutf8proc-dev libssl-dev libsqlite3-dev
+  libpcre2-dev libutf8proc-dev libssl-dev libsqlite3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   unzip curl apache2-utils wrk
 )

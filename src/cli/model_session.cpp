@@ -6,6 +6,7 @@
 
 #include "cli/model_path.h"
 #include "kv_cache/kv_cache_type.h"
+#include "model_files/file_fingerprint.h"
 
 namespace tachyon::cli {
 
@@ -88,6 +89,13 @@ Result<ModelSession> open_session(const ModelOptions& options) {
   }
   session.pool = std::make_unique<ThreadPool>(options.threads);
   return session;
+}
+
+Result<Sha256Digest> model_fingerprint(const ModelSession& session, const ModelOptions& options) {
+  TACHYON_ASSIGN_OR_RETURN(const Sha256Digest files, fingerprint_model_files(session.files.path));
+  const std::string arithmetic =
+      fmt::format("quantize {}; numerics {}", options.quantize, options.numerics);
+  return sha256({std::span<const uint8_t>(files), as_bytes(arithmetic)});
 }
 
 Result<ChatTemplate> ModelSession::chat_template() const {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/sha256.h"
 #include "core/thread_pool.h"
 #include "cli/model_path.h"
 #include "models/decoder_model.h"
@@ -51,5 +52,9 @@ struct ModelSession {
 
 // Opens the model (the default one when no path was given) with clear errors.
 Result<ModelSession> open_session(const ModelOptions& options);
+
+// Names what the session's model computes: its files' fingerprint, the quantization at load
+// and the numerics (keys the KV disk tier).
+Result<Sha256Digest> model_fingerprint(const ModelSession& session, const ModelOptions& options);
 
 }  // namespace tachyon::cli

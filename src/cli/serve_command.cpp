@@ -26,6 +26,7 @@ struct ServeCommandOptions {
   server::ServeOptions serve;
   std::string model_alias;
   std::string kv_cache_memory;  // fraction or size; empty: the engine's default
+  std::string kv_disk_size = "8GiB";  // --kv-disk-size
   std::string context_overflow = "error";  // default policy: error or truncate
   EngineOptions engine;
   SpeculationFlags speculation;
@@ -53,6 +54,10 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   EngineOptions engine_options = options.engine;
   engine_options.max_context = loaded.session.context_size;
   engine_options.kv_cache_type = loaded.session.cache_type;
+  if (!engine_options.kv_disk_directory.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(engine_options.model_fingerprint,
+                             model_fingerprint(loaded.session, options.model));
+  }
   TACHYON_ASSIGN_OR_RETURN(loaded.draft, open_draft_model(options.speculation));
   TACHYON_ASSIGN_OR_RETURN(loaded.engine,
                            Engine::create(*loaded.session.model, *loaded.session.tokenizer,
@@ -76,8 +81,14 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const EngineMetrics metrics = loaded.engine->metrics();
   spdlog::info("model loaded in {:.2f} s: context {} tokens, {} KV blocks", seconds,
-               loaded.engine->max_context(), loaded.engine->metrics().kv_blocks_total);
+               loaded.engine->max_context(), metrics.kv_blocks_total);
+  if (metrics.kv_disk_enabled) {
+    spdlog::info("KV disk tier {}: {} blocks, {:.1f} of {:.1f} MiB", engine_options.kv_disk_directory,
+                 metrics.kv_disk.files, metrics.kv_disk.bytes / 1048576.0,
+                 metrics.kv_disk_limit_bytes / 1048576.0);
+  }
   const std::string url = fmt::format("http://{}:{}", options.serve.host, http_server.port());
   const std::string& id = options.serve.model_id;
   std::fprintf(stderr, "tachyon: serving %s on %s\n", id.c_str(), url.c_str());
@@ -102,6 +113,15 @@ Status run_serve(ServeCommandOptions& options) {
                              server::parse_memory_amount(options.kv_cache_memory));
     options.engine.kv_cache_bytes = amount.bytes;
     if (amount.fraction > 0) options.engine.kv_cache_fraction = amount.fraction;
+  }
+  if (!options.engine.kv_disk_directory.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(server::MemoryAmount amount,
+                             server::parse_memory_amount(options.kv_disk_size));
+    if (amount.bytes <= 0) {
+      return invalid_argument(fmt::format("--kv-disk-size {} is not a size (e.g. 20GiB)",
+                                          options.kv_disk_size));
+    }
+    options.engine.kv_disk_bytes = amount.bytes;
   }
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   options.engine.speculative = options.speculation.options;
@@ -173,6 +193,13 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--kv-cache-mem", options->kv_cache_memory,
                       "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
                       "(2GiB, 512MiB, bytes)");
+  command->add_option("--kv-disk", options->engine.kv_disk_directory,
+                      "Also keep prefix-cache blocks in this directory: read back on a prefix "
+                      "hit after RAM evicted them, and across restarts (one server per "
+                      "directory)");
+  command->add_option("--kv-disk-size", options->kv_disk_size,
+                      "Most bytes --kv-disk may hold; least recently used blocks go first "
+                      "(default 8GiB)");
   command
       ->add_option("--max-batch-tokens", options->engine.max_batch_tokens,
                    "Most tokens computed in one engine step (default 256)")

@@ -229,6 +229,17 @@ Q8Plane PagedKvCache::q8_plane(int layer, int block, int which, int kv_head) con
           reinterpret_cast<const uint16_t*>(plane + head_elements())};
 }
 
+std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
+  TACHYON_CHECK(block >= 0 && block < num_blocks_);
+  const size_t layer_bytes = static_cast<size_t>(planes() * num_kv_heads_ * head_bytes_);
+  std::vector<std::span<uint8_t>> layers;
+  layers.reserve(num_layers_);
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    layers.emplace_back(storage_ + head_offset(layer, block, 0, 0), layer_bytes);
+  }
+  return layers;
+}
+
 Q8Plane PagedKvCache::q8_keys(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kQ8_0 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);

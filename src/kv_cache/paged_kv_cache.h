@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/huge_page_arena.h"
@@ -65,6 +66,10 @@ class PagedKvCache {
   //   columns [0, count) are written); values: f32 [count, head_size].
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
                   int64_t key_stride, float* values) const;
+
+  // Every byte of `block`: one contiguous span per layer (its keys and values, all heads),
+  // layer 0 first. Copying them out and back in restores the block exactly (the disk tier).
+  std::vector<std::span<uint8_t>> block_layers(int block);
 
   // One KV head's keys ([head_size, block_size], transposed) and values ([block_size,
   // head_size]) in `block`, as f16 bits, for kernels that read them in place. type() must be

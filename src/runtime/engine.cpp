@@ -87,9 +87,30 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
                                  static_cast<int>(num_blocks), options.block_size,
                                  options.kv_cache_type));
   }
+  std::unique_ptr<KvDiskTier> disk_tier;
+  if (!options.kv_disk_directory.empty()) {
+    if (!options.enable_prefix_cache) {
+      return invalid_argument("the KV disk tier keeps prefix-cache blocks: it needs the prefix cache on");
+    }
+    if (options.model_fingerprint == Sha256Digest{}) {
+      return invalid_argument("the KV disk tier needs the model's fingerprint (EngineOptions)");
+    }
+    // Everything the bytes of a block depend on besides its tokens.
+    const std::string layout = fmt::format(
+        "tachyon kv disk v1; type {}; block {} tokens, {} bytes; {} layers; kv size {}; head {}; "
+        "values are keys {}",
+        kv_cache_type_name(options.kv_cache_type), options.block_size, block_bytes,
+        config.num_layers, config.kv_size(), config.head_size, config.kv_values_are_keys());
+    const Sha256Digest key =
+        sha256({std::span<const uint8_t>(options.model_fingerprint), as_bytes(layout)});
+    TACHYON_ASSIGN_OR_RETURN(disk_tier,
+                             KvDiskTier::open(options.kv_disk_directory, options.kv_disk_bytes,
+                                              key, options.block_size, block_bytes));
+  }
   std::unique_ptr<Engine> engine(new Engine());
   engine->core_ = std::make_unique<EngineCore>(model, tokenizer, pool, options, std::move(cache),
-                                               max_context, std::move(draft_runner));
+                                               max_context, std::move(draft_runner),
+                                               std::move(disk_tier));
   engine->thread_ = std::thread([core = engine->core_.get()] { core->run(); });
   return engine;
 }

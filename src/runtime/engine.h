@@ -14,6 +14,7 @@
 
 #include "core/histogram.h"
 #include "core/thread_pool.h"
+#include "kv_cache/kv_disk_tier.h"
 #include "models/decoder_model.h"
 #include "runtime/engine_options.h"
 #include "runtime/engine_request.h"
@@ -39,9 +40,15 @@ struct EngineMetrics {
   int64_t kv_blocks_used = 0;          // held by running requests
   int64_t kv_blocks_cached = 0;        // free but holding reusable prefix blocks
   int64_t kv_bytes_per_token = 0;      // keys and values of every layer (MLA: its latent)
+  int64_t kv_block_bytes = 0;          // of one block
   uint64_t prompt_tokens_total = 0;    // prompt tokens of admitted requests
   uint64_t prefix_cache_queried_tokens_total = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hit_tokens_total = 0;      // of those, found in the cache
+  uint64_t prefix_cache_disk_tokens_total = 0;     // of those, read from the disk tier
+  // The disk tier (--kv-disk), when enabled.
+  bool kv_disk_enabled = false;
+  int64_t kv_disk_limit_bytes = 0;
+  KvDiskCounters kv_disk;
   uint64_t generation_tokens_total = 0;
   uint64_t steps_total = 0;
   uint64_t preemptions_total = 0;

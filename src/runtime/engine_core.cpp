@@ -10,7 +10,8 @@ namespace tachyon {
 
 EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
                        EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
-                       std::unique_ptr<DraftModelRunner> draft_runner)
+                       std::unique_ptr<DraftModelRunner> draft_runner,
+                       std::unique_ptr<KvDiskTier> disk_tier)
     : model_(model),
       tokenizer_(tokenizer),
       pool_(pool),
@@ -32,12 +33,19 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
       runner_(model, *cache_, pool),
       draft_runner_(std::move(draft_runner)),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
+  if (disk_tier) {
+    disk_store_ = std::make_unique<DiskPrefixStore>(std::move(disk_tier), *cache_);
+    scheduler_.set_prefix_block_source(disk_store_.get());
+    metrics_.kv_disk_enabled = true;
+    metrics_.kv_disk_limit_bytes = disk_store_->tier().max_bytes();
+    metrics_.kv_disk = disk_store_->tier().counters();
+  }
   metrics_.kv_blocks_total = cache_->num_blocks();
-  metrics_.kv_bytes_per_token = static_cast<int64_t>(
+  metrics_.kv_block_bytes = static_cast<int64_t>(
       PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
                                 options.block_size, options.kv_cache_type,
-                                model.config().kv_values_are_keys()) /
-      options.block_size);
+                                model.config().kv_values_are_keys()));
+  metrics_.kv_bytes_per_token = metrics_.kv_block_bytes / options.block_size;
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
   if (options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kSuffix) {
     suffix_cache_ = std::make_unique<SuffixCache>(options.speculative.suffix_cache_tokens);
@@ -359,7 +367,9 @@ void EngineCore::step() {
       sampled.push_back(sample(item, *active_.at(item.request->id), logits_row));
     }
   }
-  scheduler_.on_step_done(output);
+  named_blocks_.clear();
+  scheduler_.on_step_done(output, disk_store_ ? &named_blocks_ : nullptr);
+  if (disk_store_) disk_store_->save(named_blocks_);
   int num_generated = 0;
   std::vector<RequestId> model_drafting;
   for (Sampled& result : sampled) {
@@ -391,6 +401,8 @@ void EngineCore::publish_metrics(int step_tokens) {
   metrics_.kv_blocks_cached = block_pool_.num_cached();
   metrics_.prefix_cache_queried_tokens_total = scheduler_.counters().prefix_queried_tokens;
   metrics_.prefix_cache_hit_tokens_total = scheduler_.counters().prefix_hit_tokens;
+  metrics_.prefix_cache_disk_tokens_total = scheduler_.counters().prefix_source_tokens;
+  if (disk_store_) metrics_.kv_disk = disk_store_->tier().counters();
   metrics_.prompt_tokens_total = scheduler_.counters().prefix_queried_tokens;
   metrics_.preemptions_total = scheduler_.counters().preemptions;
   if (step_tokens > 0) ++metrics_.steps_total;

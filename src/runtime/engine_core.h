@@ -30,6 +30,7 @@
 #include "models/decoder_model.h"
 #include "runtime/engine.h"
 #include "runtime/engine_options.h"
+#include "runtime/disk_prefix_store.h"
 #include "runtime/draft_model_runner.h"
 #include "runtime/engine_request.h"
 #include "runtime/model_runner.h"
@@ -48,10 +49,12 @@ namespace tachyon {
 
 class EngineCore {
  public:
-  // `draft_runner`: the draft model, for SpeculativeMode::kDraft (else null).
+  // `draft_runner`: the draft model, for SpeculativeMode::kDraft (else null). `disk_tier`: the
+  // prefix cache's disk tier (else null).
   EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
              EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
-             std::unique_ptr<DraftModelRunner> draft_runner = nullptr);
+             std::unique_ptr<DraftModelRunner> draft_runner = nullptr,
+             std::unique_ptr<KvDiskTier> disk_tier = nullptr);
 
   // Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request, std::function<void()> notify);
@@ -138,6 +141,8 @@ class EngineCore {
   std::unique_ptr<SuffixCache> suffix_cache_;  // when options_.speculative.mode is kSuffix
   StepCostModel step_cost_;                    // seconds per step, by tokens computed
   std::unique_ptr<DraftModelRunner> draft_runner_;  // SpeculativeMode::kDraft
+  std::unique_ptr<DiskPrefixStore> disk_store_;     // --kv-disk
+  std::vector<NamedBlock> named_blocks_;            // a step's newly full blocks (reused)
   uint64_t next_arrival_ = 0;
 
   // Inbox, shared with other threads.

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
+#include "core/sha256.h"
 #include "speculative/speculative_options.h"
 
 namespace tachyon {
@@ -26,6 +28,15 @@ struct EngineOptions {
   // Longest sequence (prompt + generated); 0 ⇒ the model's context length.
   int max_context = 0;
   bool enable_prefix_cache = true;
+  // The prefix cache's disk tier (kv_cache/kv_disk_tier.h), on when kv_disk_directory is set:
+  // full blocks are also written there and read back on a prefix hit, across restarts, with
+  // at most kv_disk_bytes in the directory.
+  std::string kv_disk_directory;
+  int64_t kv_disk_bytes = int64_t{8} << 30;
+  // Names what the model computes besides the cache layout: its files' fingerprint and
+  // whatever changes its arithmetic (quantized at load, numerics). Required by the disk tier;
+  // blocks written under another one are never used.
+  Sha256Digest model_fingerprint{};
   // Speculative decoding (off by default): outputs are the same bytes either way.
   SpeculativeOptions speculative;
 };

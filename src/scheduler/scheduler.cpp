@@ -142,8 +142,22 @@ void Scheduler::take_cached_prefix(Request* request) {
   const int max_blocks = (request->num_tokens() - 1) / config_.block_size;
   extend_block_hashes(request, max_blocks);
   for (int i = 0; i < max_blocks; ++i) {
-    std::optional<BlockId> block = pool_.take_cached(request->block_hashes[i]);
-    if (!block) break;
+    const BlockHash& hash = request->block_hashes[i];
+    std::optional<BlockId> block = pool_.take_cached(hash);
+    if (!block) {
+      if (source_ == nullptr || !source_->has(hash)) break;
+      std::optional<std::vector<BlockId>> allocated = pool_.allocate(1);
+      if (!allocated) break;
+      block = allocated->front();
+      std::span<const int32_t> tokens(request->tokens.data() + i * config_.block_size,
+                                      config_.block_size);
+      if (!source_->fill(hash, tokens, *block)) {
+        pool_.release(*allocated);
+        break;
+      }
+      pool_.set_hash(*block, hash);
+      counters_.prefix_source_tokens += config_.block_size;
+    }
     request->blocks.push_back(*block);
   }
   request->num_computed_tokens = static_cast<int>(request->blocks.size()) * config_.block_size;
@@ -349,7 +363,7 @@ bool Scheduler::may_speculate() const {
   return may_speculate(num_decoding);
 }
 
-void Scheduler::on_step_done(const SchedulerOutput& output) {
+void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlock>* named) {
   for (const ScheduledRequest& item : output.scheduled) {
     Request* request = item.request;
     TACHYON_CHECK(item.num_rejected_tokens >= 0 &&
@@ -373,6 +387,12 @@ void Scheduler::on_step_done(const SchedulerOutput& output) {
     extend_block_hashes(request, num_full);
     for (int i = first_new; i < num_full; ++i) {
       pool_.set_hash(request->blocks[i], request->block_hashes[i]);
+      if (named != nullptr) {
+        named->push_back({request->blocks[i], request->block_hashes[i],
+                          std::span<const int32_t>(request->tokens)
+                              .subspan(static_cast<size_t>(i) * config_.block_size,
+                                       config_.block_size)});
+      }
     }
   }
   advance_virtual_clock();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kv_cache/kv_block_pool.h"
+#include "scheduler/prefix_block_source.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_output.h"
 
@@ -46,12 +47,17 @@ struct SchedulerConfig {
 struct SchedulerCounters {
   uint64_t prefix_queried_tokens = 0;  // prompt tokens looked up at first admission
   uint64_t prefix_hit_tokens = 0;      // of those, found cached
+  uint64_t prefix_source_tokens = 0;   // prompt tokens read from the PrefixBlockSource
   uint64_t preemptions = 0;
 };
 
 class Scheduler {
  public:
   Scheduler(SchedulerConfig config, KvBlockPool& pool);
+
+  // Where prefix blocks missing from RAM are looked up next (null: nowhere). Must outlive the
+  // scheduler.
+  void set_prefix_block_source(PrefixBlockSource* source) { source_ = source; }
 
   // Queues a request (state kWaiting, no blocks, tokens = its prompt).
   void add(std::unique_ptr<Request> request);
@@ -64,8 +70,8 @@ class Scheduler {
   SchedulerOutput schedule(double now);
   // After the model ran `output`: advances num_computed_tokens (less each item's rejected
   // drafts, whose now unneeded blocks go back to the pool) and names newly full blocks for the
-  // prefix cache.
-  void on_step_done(const SchedulerOutput& output);
+  // prefix cache (appended to `named` when given).
+  void on_step_done(const SchedulerOutput& output, std::vector<NamedBlock>* named = nullptr);
 
   // Whether a step scheduled now may carry draft tokens (see max_speculative_sequences).
   bool may_speculate() const;
@@ -119,7 +125,8 @@ class Scheduler {
   // Releases all its blocks (num_computed_tokens back to 0).
   void release_blocks(Request* request);
   // Takes the longest run of cached blocks that starts the request's tokens (leaving at least
-  // its last token to compute) and sets num_computed_tokens accordingly.
+  // its last token to compute), from RAM or else the prefix block source, and sets
+  // num_computed_tokens accordingly.
   void take_cached_prefix(Request* request);
   // Hashes of the request's full blocks up to `num_blocks`, computing missing ones.
   void extend_block_hashes(Request* request, int num_blocks);
@@ -128,6 +135,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   KvBlockPool& pool_;
+  PrefixBlockSource* source_ = nullptr;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<Request*> running_;  // kept in ServeOrder
   std::set<Request*, ServeOrder> waiting_;

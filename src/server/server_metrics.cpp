@@ -91,6 +91,51 @@ void append_speculative(std::string& out, std::string_view labels, const EngineM
   }
 }
 
+// Bytes and hits of the prefix cache's tiers: RAM, and the disk tier when it is on.
+void append_kv_tiers(std::string& out, const std::string& labels, const EngineMetrics& engine) {
+  const double queried = static_cast<double>(engine.prefix_cache_queried_tokens_total);
+  const uint64_t disk_hits = engine.prefix_cache_disk_tokens_total;
+  const uint64_t ram_hits = engine.prefix_cache_hit_tokens_total -
+                            std::min(disk_hits, engine.prefix_cache_hit_tokens_total);
+  append_single(out, "tachyon:kv_cache_ram_bytes", "gauge",
+                "Bytes of KV cache blocks held by requests or holding reusable prefixes.", labels,
+                (engine.kv_blocks_used + engine.kv_blocks_cached) * engine.kv_block_bytes);
+  append_single(out, "tachyon:prefix_cache_ram_hit_rate", "gauge",
+                "Prompt tokens found in RAM / prompt tokens looked up.", labels,
+                queried > 0 ? static_cast<double>(ram_hits) / queried : 0.0);
+  if (!engine.kv_disk_enabled) return;
+  const KvDiskCounters& disk = engine.kv_disk;
+  append_single(out, "tachyon:prefix_cache_disk_hits_total", "counter",
+                "Prompt tokens read back from the KV disk tier.", labels, disk_hits);
+  append_single(out, "tachyon:prefix_cache_disk_hit_rate", "gauge",
+                "Prompt tokens read from disk / prompt tokens looked up.", labels,
+                queried > 0 ? static_cast<double>(disk_hits) / queried : 0.0);
+  append_single(out, "tachyon:kv_disk_bytes", "gauge", "Bytes in the KV disk directory.", labels,
+                disk.bytes);
+  append_single(out, "tachyon:kv_disk_limit_bytes", "gauge", "--kv-disk-size.", labels,
+                engine.kv_disk_limit_bytes);
+  append_single(out, "tachyon:kv_disk_blocks", "gauge", "KV blocks on disk.", labels, disk.files);
+  append_single(out, "tachyon:kv_disk_blocks_loaded_total", "counter",
+                "KV blocks read back from disk.", labels, disk.blocks_loaded);
+  append_single(out, "tachyon:kv_disk_read_bytes_total", "counter",
+                "Bytes read from the KV disk tier.", labels, disk.bytes_read);
+  append_single(out, "tachyon:kv_disk_blocks_written_total", "counter",
+                "KV blocks written to disk.", labels, disk.blocks_written);
+  append_single(out, "tachyon:kv_disk_written_bytes_total", "counter",
+                "Bytes written to the KV disk tier.", labels, disk.bytes_written);
+  append_single(out, "tachyon:kv_disk_evictions_total", "counter",
+                "KV block files deleted to stay within --kv-disk-size.", labels,
+                disk.files_evicted);
+  append_single(out, "tachyon:kv_disk_rejected_total", "counter",
+                "KV block files found corrupt, truncated or foreign: deleted and recomputed.",
+                labels, disk.files_rejected);
+  append_single(out, "tachyon:kv_disk_writes_dropped_total", "counter",
+                "KV blocks not written because the writer was behind.", labels,
+                disk.writes_dropped);
+  append_single(out, "tachyon:kv_disk_write_errors_total", "counter",
+                "KV block writes the file system refused.", labels, disk.write_errors);
+}
+
 }  // namespace
 
 const char* request_end_name(RequestEnd end) {
@@ -173,6 +218,7 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
                       ? static_cast<double>(engine->prefix_cache_hit_tokens_total) /
                             engine->prefix_cache_queried_tokens_total
                       : 0.0);
+    append_kv_tiers(out, labels, *engine);
     append_single(out, "tachyon:num_preemptions_total", "counter",
                   "Running requests preempted to free KV memory.", labels,
                   engine->preemptions_total);

@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <thread>
 
 #include "core/paths.h"
 #include "kv_cache/kv_cache_type.h"
+#include "kv_cache/paged_kv_cache.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
 #include "engine_test_util.h"
@@ -198,6 +200,104 @@ TEST_P(EngineCacheTypeTest, PrefixCacheHitGivesTheSameTokens) {
   EXPECT_GT(metrics.prefix_cache_hit_tokens_total, 0u);
   EXPECT_GT(metrics.kv_blocks_cached, 0);
   expect_pool_back_to_full(*engine);
+}
+
+// The disk tier: a prompt computed by one engine is read back by the next one on the same
+// directory (a restart) and gives the same tokens as a cold run; a wrong fingerprint reads
+// nothing; blocks evicted from a small RAM pool come back from disk within one engine.
+TEST_P(EngineCacheTypeTest, DiskTierSurvivesARestartWithTheSameTokens) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  const std::string directory = testing::TempDir() + "engine_test_kv_disk_" +
+                                std::string(kv_cache_type_name(GetParam()));
+  std::filesystem::remove_all(directory);
+  EngineOptions options;
+  options.kv_cache_type = GetParam();
+  options.kv_cache_bytes = 64 << 20;
+  options.kv_disk_directory = directory;
+  options.kv_disk_bytes = 256 << 20;
+  options.model_fingerprint.fill(7);
+  const std::vector<TokenId> prompt = make_prompts(*loaded.tokenizer, 8)[4];  // ~60 tokens
+  const int full_blocks = (static_cast<int>(prompt.size()) - 1) / 16 * 16;
+  EngineOutput cold;
+  {
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    cold = run_alone(*engine, greedy_request(prompt, 16));
+    EXPECT_EQ(cold.cached_prompt_tokens, 0);
+  }  // written before the engine is gone
+  {
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    EXPECT_GE(engine->metrics().kv_disk.files, (static_cast<int>(prompt.size()) + 16) / 16 - 1);
+    const EngineOutput warm = run_alone(*engine, greedy_request(prompt, 16));
+    EXPECT_EQ(warm.cached_prompt_tokens, full_blocks);
+    EXPECT_EQ(warm.tokens, cold.tokens);
+    const EngineMetrics metrics = settled_metrics(*engine);
+    EXPECT_EQ(metrics.prefix_cache_disk_tokens_total, static_cast<uint64_t>(full_blocks));
+    EXPECT_EQ(metrics.kv_disk.blocks_loaded, static_cast<uint64_t>(full_blocks / 16));
+    expect_pool_back_to_full(*engine);
+  }
+  {
+    EngineOptions other = options;
+    other.model_fingerprint.fill(8);  // another model: nothing is shared
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, other);
+    ASSERT_TRUE(engine);
+    const EngineOutput fresh = run_alone(*engine, greedy_request(prompt, 16));
+    EXPECT_EQ(fresh.cached_prompt_tokens, 0);
+    EXPECT_EQ(fresh.tokens, cold.tokens);
+  }
+  {
+    // RAM holds only a few blocks: a second prompt evicts the first one's, which then come
+    // back from disk.
+    const ModelConfig& config = loaded.model->config();
+    EngineOptions small = options;
+    small.kv_cache_bytes = static_cast<int64_t>(PagedKvCache::block_bytes(
+                               config.num_layers, config.kv_size(), small.block_size,
+                               small.kv_cache_type, config.kv_values_are_keys())) *
+                           12;
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, small);
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(run_alone(*engine, greedy_request(prompt, 16)).tokens, cold.tokens);
+    const uint64_t disk_tokens = settled_metrics(*engine).prefix_cache_disk_tokens_total;
+    EXPECT_EQ(disk_tokens, static_cast<uint64_t>(full_blocks));
+    const std::vector<TokenId> other = make_prompts(*loaded.tokenizer, 8)[1];
+    const EngineOutput other_cold = run_alone(*engine, greedy_request(other, 120));
+    const EngineOutput warm = run_alone(*engine, greedy_request(prompt, 16));
+    EXPECT_EQ(warm.cached_prompt_tokens, full_blocks);
+    EXPECT_EQ(warm.tokens, cold.tokens);
+    EXPECT_GT(settled_metrics(*engine).prefix_cache_disk_tokens_total, disk_tokens);
+    EXPECT_EQ(run_alone(*engine, greedy_request(other, 120)).tokens, other_cold.tokens);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+// Bad disk-tier options are errors from Engine::create.
+TEST(EngineTest, DiskTierNeedsThePrefixCacheAndAFingerprint) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 16 << 20;
+  options.kv_disk_directory = testing::TempDir() + "engine_test_kv_disk_errors";
+  auto no_fingerprint = Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  ASSERT_FALSE(no_fingerprint.ok());
+  EXPECT_NE(no_fingerprint.status().message().find("fingerprint"), std::string::npos);
+  options.model_fingerprint.fill(1);
+  options.enable_prefix_cache = false;
+  auto no_prefix_cache = Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  ASSERT_FALSE(no_prefix_cache.ok());
+  EXPECT_NE(no_prefix_cache.status().message().find("prefix cache"), std::string::npos);
+  options.enable_prefix_cache = true;
+  auto engine = Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  // One engine per directory.
+  auto second = Engine::create(*loaded.model, *loaded.tokenizer, pool, options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+  engine->reset();
+  std::filesystem::remove_all(options.kv_disk_directory);
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheTypes, EngineCacheTypeTest,

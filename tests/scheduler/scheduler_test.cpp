@@ -1,5 +1,9 @@
 #include "scheduler/scheduler.h"
 
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
 #include <gtest/gtest.h>
 
 namespace tachyon {
@@ -98,6 +102,67 @@ TEST(SchedulerTest, TakesCachedPrefixBlocksAtAdmission) {
   EXPECT_EQ(scheduler.find(3)->num_cached_prompt_tokens, 16);
   EXPECT_EQ(exact.scheduled.back().num_new_tokens, 16);
   EXPECT_EQ(scheduler.counters().prefix_hit_tokens, 48u);
+}
+
+// A stand-in for the disk tier: remembers named blocks' hashes and tokens; fill() checks the
+// tokens and marks the block as filled.
+class FakeBlockSource : public PrefixBlockSource {
+ public:
+  bool has(const BlockHash& hash) const override { return saved.contains(hash); }
+  bool fill(const BlockHash& hash, std::span<const int32_t> tokens, BlockId block) override {
+    ++fills;
+    if (hash == broken) return false;
+    EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), saved.at(hash).begin()));
+    filled.push_back(block);
+    return true;
+  }
+  std::unordered_map<BlockHash, std::vector<int32_t>, BlockHashHasher> saved;
+  std::optional<BlockHash> broken;
+  std::vector<BlockId> filled;
+  int fills = 0;
+};
+
+TEST(SchedulerTest, PrefixBlocksMissingFromRamComeFromTheSource) {
+  KvBlockPool pool(6, true);
+  Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 8, .block_size = 16}, pool);
+  FakeBlockSource source;
+  scheduler.set_prefix_block_source(&source);
+  scheduler.add(make_request(1, 50));
+  SchedulerOutput first = scheduler.schedule(0.1);
+  std::vector<NamedBlock> named;
+  scheduler.on_step_done(first, &named);
+  ASSERT_EQ(named.size(), 3u);  // the 3 full blocks of 50 tokens
+  for (const NamedBlock& block : named) {
+    EXPECT_EQ(block.tokens.size(), 16u);
+    source.saved[block.hash] = std::vector<int32_t>(block.tokens.begin(), block.tokens.end());
+  }
+  EXPECT_EQ(named[1].tokens[0], 100 + 16);
+  scheduler.remove(1);
+  // Another long request (other tokens) evicts every cached block from RAM.
+  auto other = make_request(2, 6 * 16 - 8);
+  for (int32_t& token : other->tokens) token += 1000;
+  scheduler.add(std::move(other));
+  step(scheduler);
+  scheduler.remove(2);
+  EXPECT_EQ(source.fills, 0);
+
+  // The first two blocks come back from the source; the third fails and is computed.
+  source.broken = named[2].hash;
+  scheduler.add(make_request(3, 50));
+  SchedulerOutput output = step(scheduler);
+  EXPECT_EQ(source.fills, 3);
+  EXPECT_EQ(source.filled.size(), 2u);
+  EXPECT_EQ(scheduler.find(3)->num_cached_prompt_tokens, 32);
+  EXPECT_EQ(output.scheduled[0].num_new_tokens, 50 - 32);
+  EXPECT_EQ(scheduler.counters().prefix_source_tokens, 32u);
+  EXPECT_EQ(std::vector<BlockId>(scheduler.find(3)->blocks.begin(),
+                                 scheduler.find(3)->blocks.begin() + 2),
+            source.filled);
+  // Filled blocks are named: the next request takes them from RAM.
+  scheduler.add(make_request(4, 40));
+  step(scheduler);
+  EXPECT_EQ(source.fills, 3);
+  EXPECT_EQ(scheduler.find(4)->num_cached_prompt_tokens, 32);
 }
 
 TEST(SchedulerTest, HigherPriorityWaitsLess) {
