@@ -115,13 +115,12 @@ Status run_serve(ServeCommandOptions& options) {
     if (amount.fraction > 0) options.engine.kv_cache_fraction = amount.fraction;
   }
   if (!options.engine.kv_disk_directory.empty()) {
-    TACHYON_ASSIGN_OR_RETURN(server::MemoryAmount amount,
-                             server::parse_memory_amount(options.kv_disk_size));
-    if (amount.bytes <= 0) {
+    Result<server::MemoryAmount> amount = server::parse_memory_amount(options.kv_disk_size);
+    if (!amount.ok() || amount->bytes <= 0) {
       return invalid_argument(fmt::format("--kv-disk-size {} is not a size (e.g. 20GiB)",
                                           options.kv_disk_size));
     }
-    options.engine.kv_disk_bytes = amount.bytes;
+    options.engine.kv_disk_bytes = amount->bytes;
   }
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   options.engine.speculative = options.speculation.options;
