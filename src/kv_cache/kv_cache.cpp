@@ -268,6 +268,37 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
   read_value_rows(layer, kv_head, first, count, values);
 }
 
+void KvCache::drop_positions(int first, int count, int length,
+                             FunctionRef<void(float* keys, int n)> adjust_keys) {
+  TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= length && length <= capacity_);
+  if (count == 0) return;
+  const int kv = kv_size();
+  const int run = kKeyBlock;
+  std::vector<float> by_dimension(static_cast<size_t>(head_size_) * run);
+  std::vector<float> head_values(static_cast<size_t>(run) * head_size_);
+  std::vector<float> keys(static_cast<size_t>(run) * kv), values(static_cast<size_t>(run) * kv);
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    // Front to back: a run is read whole before it is written below its old place, and later
+    // runs start past where this one is written.
+    for (int source = first + count; source < length; source += run) {
+      const int n = std::min(run, length - source);
+      for (int head = 0; head < num_kv_heads_; ++head) {
+        load_span(layer, head, head_size_, source, n, by_dimension.data(), run,
+                  head_values.data());
+        for (int p = 0; p < n; ++p) {
+          float* key_row = keys.data() + static_cast<size_t>(p) * kv + head * head_size_;
+          for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * run + p];
+          std::memcpy(values.data() + static_cast<size_t>(p) * kv + head * head_size_,
+                      head_values.data() + static_cast<size_t>(p) * head_size_,
+                      head_size_ * sizeof(float));
+        }
+      }
+      adjust_keys(keys.data(), n);
+      store(layer, source - count, n, keys.data(), values.data());
+    }
+  }
+}
+
 const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);

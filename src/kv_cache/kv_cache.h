@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/function_ref.h"
 #include "core/huge_page_arena.h"
 #include "kv_cache/q8_plane.h"
 
@@ -55,6 +56,13 @@ class KvCache {
   // values: f32 [count, head_size].
   void load_span(int layer, int kv_head, int head_size, int first, int count,
                  float* keys_by_dimension, int64_t key_stride, float* values) const;
+
+  // Drops positions [first, first + count) of the first `length`: positions after them move
+  // down by `count`. Each moved run's keys (f32 rows [n, kv_size]) pass through `adjust_keys`
+  // before they are stored again (the model turns them back by `count` positions: RoPE).
+  // f16 and f32 caches move exactly; q8 is quantized again (the same values unless adjusted).
+  void drop_positions(int first, int count, int length,
+                      FunctionRef<void(float* keys, int n)> adjust_keys);
 
   // A KV head's stored keys and values as f16 bits, for kernels that read them in place
   // (type() must be kF16). Keys: [capacity / kKeyBlock (rounded up), head_size, kKeyBlock],

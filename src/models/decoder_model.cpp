@@ -93,6 +93,27 @@ void DecoderModel::multiply(std::span<const kernels::MatmulProduct> products, co
   }
 }
 
+void DecoderModel::shift_keys(float* keys, int count, int delta) const {
+  std::vector<float> cos_row, sin_row;
+  const int position = -delta;
+  rope_.compute_angles(std::span(&position, 1), cos_row, sin_row);
+  // Stored keys already carry YaRN's attention factor: turn them by the bare rotation.
+  const float factor = rope_.attention_factor();
+  for (size_t j = 0; j < cos_row.size(); ++j) {
+    cos_row[j] /= factor;
+    sin_row[j] /= factor;
+  }
+  const int kv_size = config_.kv_size();
+  for (int t = 0; t < count; ++t) {
+    float* row = keys + static_cast<int64_t>(t) * kv_size;
+    if (config_.mla.enabled()) {
+      rope_.rotate(row + config_.mla.kv_lora_rank, 1, cos_row.data(), sin_row.data());
+    } else {
+      rotate(row, config_.num_kv_heads, cos_row.data(), sin_row.data());
+    }
+  }
+}
+
 void DecoderModel::rotate(float* heads, int num_heads, const float* cos_row,
                           const float* sin_row) const {
   if (numerics_ == Numerics::kLlamaCpp) {

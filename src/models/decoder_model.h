@@ -60,6 +60,12 @@ class DecoderModel {
   Status forward(std::span<const TokenIndex> tokens, int start_position, KvCache& cache,
                  ThreadPool& pool, int num_logits, std::vector<float>& logits);
 
+  // Turns cached keys (f32 rows [count, kv_size], as a cache stores them: rotated) back by
+  // `delta` positions in place: what the keys of tokens moved from position p to p - delta
+  // would have been (RoPE's rotations compose). MLA turns only the latent's rotary part. For
+  // caches that drop tokens from the middle (the "sink" overflow policy).
+  void shift_keys(float* keys, int count, int delta) const;
+
   // Runs one engine step over many sequences whose keys and values live in the paged `cache`:
   // writes each new token's keys and values to its slot, attends over each sequence's blocks,
   // and returns the logits of batch.logits_tokens: f32 [logits_tokens.size(), vocab]. Token

@@ -145,6 +145,63 @@ TEST(KvCacheTest, SpansMatchWholeHeadsTransposed) {
 // A layer's positions stored one at a time by two threads at once (as a forward pass stores
 // each token right after its RoPE) hold the same bytes as one store of them all: the f16
 // staging is per thread, and neighbouring positions share key blocks without clobbering.
+// Dropping positions from the middle moves the later ones down, their keys through the
+// adjustment (here: + 1) and their values as they were; earlier positions stay.
+TEST(KvCacheTest, DropPositionsMovesTheRestDown) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const int layers = 2, heads = 2, head_size = 64, capacity = 400, length = 333;
+  const int first = 4, count = 130;
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+    for (bool values_are_keys : {false, true}) {
+      SCOPED_TRACE(std::string(kv_cache_type_name(type)) + (values_are_keys ? " latent" : ""));
+      KvCache cache(layers, heads, head_size, capacity, type, values_are_keys);
+      const int kv = heads * head_size;
+      std::vector<std::vector<float>> keys(layers), values(layers);
+      for (int layer = 0; layer < layers; ++layer) {
+        keys[layer].resize(static_cast<size_t>(length) * kv);
+        values[layer].resize(keys[layer].size());
+        for (float& x : keys[layer]) x = normal(rng);
+        for (float& x : values[layer]) x = normal(rng);
+        keys[layer] = as_stored(type, keys[layer]);
+        values[layer] = values_are_keys ? keys[layer] : as_stored(type, values[layer]);
+        cache.store(layer, 0, length, keys[layer].data(), values[layer].data());
+      }
+      int adjusted = 0;
+      cache.drop_positions(first, count, length, [&](float* rows, int n) {
+        for (int64_t i = 0; i < static_cast<int64_t>(n) * kv; ++i) rows[i] += 1.0f;
+        adjusted += n;
+      });
+      EXPECT_EQ(adjusted, layers * (length - first - count));
+      const int kept = length - count;
+      for (int layer = 0; layer < layers; ++layer) {
+        for (int head = 0; head < heads; ++head) {
+          std::vector<float> k(static_cast<size_t>(kept) * head_size), v(k.size());
+          cache.load_head(layer, head, head_size, kept, k.data(), v.data());
+          int mismatches = 0;
+          for (int p = 0; p < kept; ++p) {
+            const int from = p < first ? p : p + count;
+            const bool moved = p >= first;
+            for (int d = 0; d < head_size; ++d) {
+              const size_t at = static_cast<size_t>(from) * kv + head * head_size + d;
+              const float want_key = moved ? keys[layer][at] + 1.0f : keys[layer][at];
+              const float want_value = values_are_keys ? want_key : values[layer][at];
+              const float got_key = k[static_cast<size_t>(p) * head_size + d];
+              const float got_value = v[static_cast<size_t>(p) * head_size + d];
+              // f16/q8 keys are rounded again after the + 1.
+              const float tolerance =
+                  type == DType::kF32 ? 0.0f : type == DType::kF16 ? 2e-3f : 0.05f;
+              mismatches += std::abs(got_key - want_key) > tolerance;
+              mismatches += std::abs(got_value - want_value) > (values_are_keys ? tolerance : 0);
+            }
+          }
+          EXPECT_EQ(mismatches, 0) << "layer " << layer << " head " << head;
+        }
+      }
+    }
+  }
+}
+
 TEST(KvCacheTest, ThreadsStoringDisjointPositionsAtOnce) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;

@@ -517,6 +517,59 @@ TEST(DecoderModelTest, RejectsBrokenExpertAndLatentConfigs) {
       });
 }
 
+// Keys computed at positions D.. and turned back by D are the keys computed at 0.. (layer 0's
+// keys depend on the token and its position only), for each RoPE scheme and MLA.
+TEST(DecoderModelTest, ShiftedKeysAreTheKeysAtTheEarlierPositions) {
+  for (const char* name : {"llama_gqa.f32", "llama3_rope.f32", "llama_linear_rope.f32",
+                           "qwen2_bias_tied.f32", "qwen2_yarn.f32", "qwen3_qknorm.f32",
+                           "deepseek_v2_lite.f32", "kimi_k2_tiny.f32"}) {
+    SCOPED_TRACE(name);
+    Result<std::unique_ptr<GgufFile>> file =
+        GgufFile::open(models_dir() + "/" + name + ".gguf");
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(**file);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const ModelConfig& config = (*model)->config();
+    ThreadPool pool(1);
+    const int delta = 37, count = 9;
+    const std::vector<int32_t> tokens = {1, 5, 9, 17, 33, 65, 2, 7, 11};
+    KvCache early = (*model)->make_cache(64, DType::kF32);
+    KvCache late = (*model)->make_cache(64, DType::kF32);
+    std::vector<float> logits;
+    ASSERT_TRUE((*model)->forward(tokens, 0, early, pool, 1, logits).ok());
+    ASSERT_TRUE((*model)->forward(tokens, delta, late, pool, 1, logits).ok());
+    // Layer 0's keys as rows [count, kv_size].
+    auto layer0_keys = [&](const KvCache& cache, int first) {
+      const int kv = config.kv_size();
+      std::vector<float> rows(static_cast<size_t>(count) * kv);
+      std::vector<float> by_dimension(static_cast<size_t>(config.head_size) * count);
+      std::vector<float> values(static_cast<size_t>(count) * config.head_size);
+      for (int head = 0; head < config.num_kv_heads; ++head) {
+        cache.load_span(0, head, config.head_size, first, count, by_dimension.data(), count,
+                        values.data());
+        for (int p = 0; p < count; ++p) {
+          for (int d = 0; d < config.head_size; ++d) {
+            rows[static_cast<size_t>(p) * kv + head * config.head_size + d] =
+                by_dimension[static_cast<size_t>(d) * count + p];
+          }
+        }
+      }
+      return rows;
+    };
+    const std::vector<float> want = layer0_keys(early, 0);
+    std::vector<float> shifted = layer0_keys(late, delta);
+    const std::vector<float> unshifted = shifted;
+    (*model)->shift_keys(shifted.data(), count, delta);
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(shifted[i] - want[i])));
+      moved = std::max(moved, static_cast<double>(std::abs(unshifted[i] - want[i])));
+    }
+    EXPECT_LT(worst, 1e-4) << "turned back by " << delta;
+    EXPECT_GT(moved, 1e-2) << "the keys at the two positions should differ";
+  }
+}
+
 TEST(DecoderModelTest, RejectsBadTokensAndPositions) {
   Result<std::unique_ptr<GgufFile>> file = GgufFile::open(models_dir() + "/llama_gqa.f32.gguf");
   ASSERT_TRUE(file.ok()) << file.status().message();
