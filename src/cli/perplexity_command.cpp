@@ -1,7 +1,15 @@
-// `tachyon perplexity`: how well the model predicts a text. The text is cut into windows of
-// --ctx tokens (stride --ctx, each from an empty cache); in each window the first half is
-// context only and every later token is scored by -log p(token | the window before it), as
-// llama.cpp's perplexity tool does. Perplexity = exp(mean score).
+// `tachyon perplexity`: how well the model predicts a text. By default the text is cut into
+// windows of --ctx tokens (stride --ctx, each from an empty cache); in each window the first
+// half is context only and every later token is scored by -log p(token | the window before
+// it), as llama.cpp's perplexity tool does. Perplexity = exp(mean score).
+//
+// Two more ways score the same tokens (every one after the first --ctx), each with between
+// ctx - stride + 1 and ctx tokens of context, so that they compare:
+//   --stride N   windows of --ctx tokens moving by N, each recomputed from an empty cache, their
+//                last N predictions scored (the "recompute the window" reference);
+//   --stream     one cache of --ctx tokens streamed through the text (StreamingLLM): when it is
+//                full, N tokens after the first --sink-tokens are dropped, the rest moved down
+//                and their keys turned back by N positions, and the next N tokens computed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,7 +31,17 @@ struct PerplexityOptions {
   std::string file;
   int window = 512;
   int max_tokens = 0;  // 0: the whole file
+  int stride = 0;      // --stride: sliding windows (0: halves of whole windows)
+  bool stream = false;  // --stream: one cache streamed through (StreamingLLM)
+  int sink_tokens = 4;  // with --stream: the first tokens, never dropped
   bool json = false;
+};
+
+// Running sum of -log p over the scored tokens.
+struct Score {
+  double total = 0;
+  int64_t count = 0;
+  double perplexity() const { return std::exp(total / static_cast<double>(count)); }
 };
 
 // -log softmax(logits)[target], in double.
@@ -32,6 +50,92 @@ double negative_log_likelihood(const float* logits, int vocab, int target) {
   double sum = 0;
   for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - max_logit);
   return std::log(sum) + max_logit - logits[target];
+}
+
+// Runs `tokens` at positions `start`.. in batches of `batch` and returns the logits of tokens
+// [first_wanted, size): f32 [size - first_wanted, vocab].
+Status run_tokens(DecoderModel& model, ThreadPool& pool, KvCache& cache,
+                  std::span<const TokenId> tokens, int start, int first_wanted, int batch,
+                  std::vector<float>& out) {
+  const int size = static_cast<int>(tokens.size());
+  const size_t vocab = model.config().vocab_size;
+  out.resize(static_cast<size_t>(size - first_wanted) * vocab);
+  std::vector<float> logits;
+  for (int begin = 0; begin < size; begin += batch) {
+    const int count = std::min(batch, size - begin);
+    const int wanted = std::clamp(begin + count - first_wanted, 0, count);
+    TACHYON_RETURN_IF_ERROR(
+        model.forward(tokens.subspan(begin, count), start + begin, cache, pool, wanted, logits));
+    const int first = begin + count - wanted;
+    std::copy(logits.begin(), logits.end(),
+              out.begin() + static_cast<ptrdiff_t>(first - first_wanted) * vocab);
+  }
+  return Status();
+}
+
+// --stride: the predictions of tokens [window, window + k·stride) chunk by chunk, each from
+// the `window` tokens before the chunk's end recomputed in an empty cache.
+Status score_sliding(const PerplexityOptions& options, ModelSession& session,
+                     std::span<const TokenId> tokens, Score& score) {
+  DecoderModel& model = *session.model;
+  const int vocab = model.config().vocab_size;
+  const int window = options.window, stride = options.stride;
+  KvCache cache = model.make_cache(window, session.cache_type);
+  std::vector<float> logits;
+  const int chunks = (static_cast<int>(tokens.size()) - window) / stride;
+  for (int k = 0; k < chunks; ++k) {
+    const int end = window + (k + 1) * stride;  // tokens [end - stride, end) are scored
+    std::span<const TokenId> context = tokens.subspan(end - 1 - window, window);
+    TACHYON_RETURN_IF_ERROR(run_tokens(model, *session.pool, cache, context, 0, window - stride,
+                                       options.model.batch_size, logits));
+    for (int i = 0; i < stride; ++i) {
+      score.total += negative_log_likelihood(logits.data() + static_cast<size_t>(i) * vocab,
+                                             vocab, tokens[end - stride + i]);
+      ++score.count;
+    }
+    if (!options.json) {
+      std::fprintf(stderr, "\rchunk %d/%d: perplexity so far %.4f", k + 1, chunks,
+                   score.perplexity());
+    }
+  }
+  return Status();
+}
+
+// --stream: the same predictions from one cache of `window` tokens streamed through the text.
+Status score_streaming(const PerplexityOptions& options, ModelSession& session,
+                       std::span<const TokenId> tokens, Score& score) {
+  DecoderModel& model = *session.model;
+  const int vocab = model.config().vocab_size;
+  const int window = options.window, stride = options.stride, sink = options.sink_tokens;
+  KvCache cache = model.make_cache(window, session.cache_type);
+  std::vector<float> logits;
+  TACHYON_RETURN_IF_ERROR(run_tokens(model, *session.pool, cache, tokens.first(window), 0,
+                                     window - 1, options.model.batch_size, logits));
+  std::vector<float> previous(logits.begin(), logits.begin() + vocab);  // predicts the next
+  int length = window;
+  const int chunks = (static_cast<int>(tokens.size()) - window) / stride;
+  for (int k = 0; k < chunks; ++k) {
+    const int begin = window + k * stride;
+    cache.drop_positions(sink, stride, length, [&](float* keys, int n) {
+      model.shift_keys(keys, n, stride);
+    });
+    length -= stride;
+    std::span<const TokenId> chunk = tokens.subspan(begin, stride);
+    TACHYON_RETURN_IF_ERROR(run_tokens(model, *session.pool, cache, chunk, length, 0,
+                                       options.model.batch_size, logits));
+    length += stride;
+    for (int i = 0; i < stride; ++i) {
+      const float* row = i == 0 ? previous.data() : logits.data() + static_cast<size_t>(i - 1) * vocab;
+      score.total += negative_log_likelihood(row, vocab, chunk[i]);
+      ++score.count;
+    }
+    std::copy(logits.end() - vocab, logits.end(), previous.begin());
+    if (!options.json) {
+      std::fprintf(stderr, "\rchunk %d/%d: perplexity so far %.4f", k + 1, chunks,
+                   score.perplexity());
+    }
+  }
+  return Status();
 }
 
 Status run_perplexity(const PerplexityOptions& options) {
@@ -48,6 +152,36 @@ Status run_perplexity(const PerplexityOptions& options) {
     tokens.resize(options.max_tokens);
   }
   const int window = options.window;
+  if (options.stride > 0 || options.stream) {
+    PerplexityOptions sliding = options;
+    if (sliding.stride == 0) sliding.stride = std::max(1, window / 8);
+    if (sliding.stride >= window || (options.stream && options.sink_tokens + sliding.stride > window)) {
+      return invalid_argument(fmt::format(
+          "--stride {} (and --sink-tokens {} with --stream) must leave room in --ctx {}",
+          sliding.stride, options.sink_tokens, window));
+    }
+    if (static_cast<int>(tokens.size()) < window + sliding.stride) {
+      return invalid_argument(fmt::format("{} has {} tokens, fewer than --ctx {} + --stride {}",
+                                          options.file, tokens.size(), window, sliding.stride));
+    }
+    Score score;
+    TACHYON_RETURN_IF_ERROR(options.stream ? score_streaming(sliding, session, tokens, score)
+                                           : score_sliding(sliding, session, tokens, score));
+    const char* mode = options.stream ? "stream" : "stride";
+    if (options.json) {
+      boost::json::object result{{"perplexity", score.perplexity()}, {"tokens", score.count},
+                                 {"mode", mode},                     {"window", window},
+                                 {"stride", sliding.stride}};
+      if (options.stream) result["sink_tokens"] = options.sink_tokens;
+      std::printf("%s\n", boost::json::serialize(result).c_str());
+    } else {
+      std::fprintf(stderr, "\n");
+      std::printf("perplexity %.4f over %lld scored tokens (%s, window %d, stride %d)\n",
+                  score.perplexity(), static_cast<long long>(score.count), mode, window,
+                  sliding.stride);
+    }
+    return Status();
+  }
   const int num_windows = static_cast<int>(tokens.size()) / window;
   if (num_windows == 0) {
     return invalid_argument(fmt::format("{} has {} tokens, fewer than one window of {}",
@@ -115,6 +249,19 @@ void add_perplexity_command(CLI::App& app) {
       ->check(CLI::Range(2, 1 << 20));
   command->add_option("--max-tokens", options->max_tokens, "Use only the first N tokens")
       ->check(CLI::Range(0, 1 << 30));
+  command
+      ->add_option("--stride", options->stride,
+                   "Windows of --ctx moving by N tokens, each recomputed, the last N "
+                   "predictions scored (default with --stream: ctx/8)")
+      ->check(CLI::Range(0, 1 << 20));
+  command->add_flag("--stream", options->stream,
+                    "Stream one cache of --ctx tokens through the text (StreamingLLM): keep "
+                    "the first --sink-tokens, drop --stride tokens after them when full");
+  command
+      ->add_option("--sink-tokens", options->sink_tokens,
+                   "With --stream: the first tokens always kept (default 4; 0: a plain "
+                   "sliding window)")
+      ->check(CLI::Range(0, 1 << 20));
   command->add_flag("--json", options->json, "Print {\"perplexity\": ..., \"tokens\": ...}");
   command->callback([options] {
     Status status = run_perplexity(*options);
