@@ -50,14 +50,16 @@ class KvBlockPool {
 
   int reference_count(BlockId block) const { return blocks_[block].references; }
 
+  // Takes a held block's name back (its contents are about to change): no later request will
+  // find it in the prefix cache.
+  void forget_hash(BlockId block);
+
  private:
   struct Block {
     int references = 0;
     std::optional<BlockHash> hash;
     std::list<BlockId>::iterator evictable_position;  // valid while cached
   };
-
-  void forget_hash(BlockId block);
 
   bool enable_prefix_cache_;
   std::vector<Block> blocks_;

@@ -38,6 +38,20 @@ struct Request {
   int num_cached_prompt_tokens = 0;
   bool admitted_before = false;
 
+  // The "sink" context policy (StreamingLLM), when sink_tokens > 0 (a multiple of the block
+  // size): the request never outgrows max_positions. A prompt longer than the window is cut to
+  // its first sink_tokens and its last tokens before it is computed; when generation fills the
+  // window, computed tokens after the first sink_tokens are dropped (from `tokens` and
+  // `blocks`), whole blocks at a time, and the keys of the rest are turned back by as many
+  // positions (SchedulerOutput::key_shifts). `tokens` is then what the cache holds, not the
+  // whole history.
+  int sink_tokens = 0;
+  int max_positions = 0;
+  int num_dropped_tokens = 0;  // prompt tokens cut and tokens dropped so far
+  // Its blocks past the sink hold moved keys (turned back, not what a cold run computes):
+  // they are not named for the prefix cache until the request is recomputed.
+  bool blocks_moved = false;
+
   std::vector<BlockId> blocks;           // block i holds positions [i·block_size, (i+1)·block_size)
   BlockHash hash_root;                   // from the cache salt
   std::vector<BlockHash> block_hashes;   // hashes of the full blocks computed so far

@@ -88,6 +88,21 @@ bool Scheduler::yields_to_lighter_tenant(const Request* request) const {
 
 void Scheduler::add(std::unique_ptr<Request> request) {
   Request* raw = request.get();
+  if (raw->sink_tokens > 0) {
+    TACHYON_CHECK(raw->sink_tokens % config_.block_size == 0 &&
+                  raw->max_positions >= raw->sink_tokens + 2 * config_.block_size);
+    // A prompt longer than the window is cut to its sink and its last tokens, leaving room for
+    // a drop chunk of output: computing the middle only to drop it would cost time for every
+    // token and change little (streaming a text through the cache is within 1% of recomputing
+    // its window: tests/cli/streaming_perplexity_test.py).
+    const int keep = raw->max_positions - sink_drop_chunk(*raw);
+    if (raw->num_tokens() > keep) {
+      const int cut = raw->num_tokens() - keep;
+      raw->tokens.erase(raw->tokens.begin() + raw->sink_tokens,
+                        raw->tokens.begin() + raw->sink_tokens + cut);
+      raw->num_dropped_tokens += cut;
+    }
+  }
   raw->state = RequestState::kWaiting;
   tenant_arrives(*raw);
   requests_[raw->id] = std::move(request);
@@ -116,6 +131,7 @@ void Scheduler::release_blocks(Request* request) {
   pool_.release(request->blocks);
   request->blocks.clear();
   request->num_computed_tokens = 0;
+  request->blocks_moved = false;
 }
 
 void Scheduler::preempt(Request* request) {
@@ -172,8 +188,56 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
   return true;
 }
 
+int Scheduler::sink_drop_chunk(const Request& request) const {
+  const int block = config_.block_size;
+  return std::max(block, (request.max_positions - request.sink_tokens) / 8 / block * block);
+}
+
+bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& output) {
+  const int excess = request->num_computed_tokens + num_new - request->max_positions;
+  if (request->sink_tokens == 0 || excess <= 0) return true;
+  const int block = config_.block_size;
+  const int sink_blocks = request->sink_tokens / block;
+  const int droppable = (request->num_computed_tokens - request->sink_tokens) / block * block;
+  const int drop = std::min(droppable, std::max(sink_drop_chunk(*request),
+                                                (excess + block - 1) / block * block));
+  TACHYON_CHECK(drop >= excess);
+  auto first = request->blocks.begin() + sink_blocks;
+  pool_.release(std::span<const BlockId>(&*first, drop / block));
+  request->blocks.erase(first, first + drop / block);
+  request->tokens.erase(request->tokens.begin() + request->sink_tokens,
+                        request->tokens.begin() + request->sink_tokens + drop);
+  request->num_computed_tokens -= drop;
+  request->num_dropped_tokens += drop;
+  request->blocks_moved = true;
+  // The moved blocks hold other positions now: they are never named again (they are not what
+  // a cold run computes); the sink's are kept.
+  request->block_hashes.resize(std::min<size_t>(request->block_hashes.size(), sink_blocks));
+  const int computed_blocks = blocks_for(request->num_computed_tokens);
+  for (int i = sink_blocks; i < computed_blocks; ++i) {
+    BlockId& block_id = request->blocks[i];
+    if (pool_.reference_count(block_id) > 1) {  // shared: turn a private copy
+      std::optional<std::vector<BlockId>> copy = pool_.allocate(1);
+      if (!copy) return false;
+      output.block_copies.push_back({block_id, copy->front()});
+      pool_.release(std::span<const BlockId>(&block_id, 1));
+      block_id = copy->front();
+    } else {
+      pool_.forget_hash(block_id);
+    }
+    output.key_shifts.push_back(
+        {block_id, std::min(block, request->num_computed_tokens - i * block), drop});
+  }
+  return true;
+}
+
 bool Scheduler::schedule_running(Request* request, int num_new, SchedulerOutput& output,
                                  int& budget) {
+  if (!drop_for_sink(request, num_new, output)) {
+    // No block for a private copy: recompute the request (its tokens are the window) later.
+    preempt_for_step(request, output, budget);
+    return false;
+  }
   while (!grow_blocks(request, request->num_computed_tokens + num_new)) {
     // Make room by preempting the least urgent running request (possibly this one).
     Request* victim = least_urgent_running();
@@ -381,8 +445,12 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
         request->blocks.resize(needed);
       }
     }
-    // Name the blocks that became full this step (earlier ones already are).
-    const int num_full = request->num_computed_tokens / config_.block_size;
+    // Name the blocks that became full this step (earlier ones already are); after a sink
+    // drop, none past the sink.
+    int num_full = request->num_computed_tokens / config_.block_size;
+    if (request->blocks_moved) {
+      num_full = std::min(num_full, request->sink_tokens / config_.block_size);
+    }
     const int first_new = (request->num_computed_tokens - num_kept) / config_.block_size;
     extend_block_hashes(request, num_full);
     for (int i = first_new; i < num_full; ++i) {

@@ -130,6 +130,13 @@ class Scheduler {
   void take_cached_prefix(Request* request);
   // Hashes of the request's full blocks up to `num_blocks`, computing missing ones.
   void extend_block_hashes(Request* request, int num_blocks);
+  // The sink policy's moves: drops enough of the request's oldest computed tokens after its
+  // sink for `num_new` more positions (see Request::sink_tokens); the moved blocks' key shifts
+  // (and private copies of shared ones) go to `output`. False when a copy found no free block.
+  bool drop_for_sink(Request* request, int num_new, SchedulerOutput& output);
+  // Tokens the sink policy drops at once: an eighth of the window (whole blocks, at least one),
+  // so that a key is turned back a few times in its life, not once per block.
+  int sink_drop_chunk(const Request& request) const;
   // Grows the request's block table to cover `num_tokens` positions; false if the pool is short.
   bool grow_blocks(Request* request, int num_tokens);
 

@@ -20,7 +20,22 @@ struct ScheduledRequest {
   int num_rejected_tokens = 0;
 };
 
+// Cache work before the step's forward pass (the "sink" policy's moves), in this order: copy
+// each block `from` into `to` (a private copy of a shared block), then turn the keys of the
+// first `count` slots of each shifted block back by `delta` positions.
+struct BlockCopy {
+  BlockId from;
+  BlockId to;
+};
+struct KeyShift {
+  BlockId block;
+  int count;
+  int delta;
+};
+
 struct SchedulerOutput {
+  std::vector<BlockCopy> block_copies;
+  std::vector<KeyShift> key_shifts;
   std::vector<ScheduledRequest> scheduled;
   std::vector<RequestId> preempted;  // lost their blocks this step; will be recomputed
   int num_tokens = 0;                // total new tokens

@@ -165,6 +165,63 @@ TEST(SchedulerTest, PrefixBlocksMissingFromRamComeFromTheSource) {
   EXPECT_EQ(scheduler.find(4)->num_cached_prompt_tokens, 32);
 }
 
+// The sink policy: a long prompt is cut to its sink block and its last tokens; decoding past
+// the window drops the oldest block after the sink and turns the rest's keys back, so the
+// request runs on in a bounded number of blocks; blocks shared with another request are
+// copied first, and moved blocks are never named.
+TEST(SchedulerTest, SinkRequestsRunOnInBoundedBlocks) {
+  KvBlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 8, .block_size = 16}, pool);
+  auto sink_request = [](RequestId id) {
+    auto request = make_request(id, 100);
+    request->sink_tokens = 16;
+    request->max_positions = 96;
+    return request;
+  };
+  scheduler.add(sink_request(1));
+  Request* request = scheduler.find(1);
+  // Cut to 96 - 16 (one drop chunk of room) = 80: the sink block and the last 64 tokens.
+  EXPECT_EQ(request->num_tokens(), 80);
+  EXPECT_EQ(request->num_dropped_tokens, 20);
+  EXPECT_EQ(request->tokens[15], 115);
+  EXPECT_EQ(request->tokens[16], 136);
+  step(scheduler);  // the prompt
+  scheduler.add(sink_request(2));  // the same prompt: shares request 1's full blocks
+  step(scheduler);
+  EXPECT_EQ(scheduler.find(2)->num_cached_prompt_tokens, 64);
+  int shifts = 0, copies = 0;
+  for (int i = 0; i < 100; ++i) {
+    SchedulerOutput output = step(scheduler);
+    for (const KeyShift& shift : output.key_shifts) {
+      EXPECT_EQ(shift.delta, 16);
+      EXPECT_GE(shift.count, 1);
+      EXPECT_LE(shift.count, 16);
+    }
+    shifts += static_cast<int>(output.key_shifts.size());
+    copies += static_cast<int>(output.block_copies.size());
+    for (RequestId id : {1, 2}) {
+      const Request* r = scheduler.find(id);
+      EXPECT_LE(r->num_computed_tokens, 96);
+      EXPECT_LE(static_cast<int>(r->blocks.size()), 6);
+    }
+  }
+  EXPECT_GT(shifts, 0);
+  EXPECT_EQ(copies, 2);  // request 1's first drop moved blocks 2-3, shared with request 2
+  EXPECT_EQ(scheduler.counters().preemptions, 0u);
+  EXPECT_EQ(request->num_dropped_tokens, 20 + 96);  // 100 tokens decoded since
+  EXPECT_TRUE(request->blocks_moved);
+  // The sink block is still the prompt's first block, named and shared by both.
+  EXPECT_EQ(request->blocks[0], scheduler.find(2)->blocks[0]);
+  EXPECT_EQ(pool.reference_count(request->blocks[0]), 2);
+  // Moved blocks are not in the prefix cache: the same cut prompt finds the sink block and
+  // the block dropped whole (released as computed), not the moved ones.
+  scheduler.remove(1);
+  scheduler.remove(2);
+  scheduler.add(sink_request(3));
+  step(scheduler);
+  EXPECT_EQ(scheduler.find(3)->num_cached_prompt_tokens, 32);
+}
+
 TEST(SchedulerTest, HigherPriorityWaitsLess) {
   KvBlockPool pool(16, true);
   Scheduler scheduler({.max_batch_tokens = 256, .max_running_requests = 1, .block_size = 16}, pool);
