@@ -185,10 +185,11 @@ void add_serve_command(CLI::App& app) {
   command
       ->add_option("--context-overflow", options->context_overflow,
                    "When a chat outgrows the context: error (default, OpenAI's "
-                   "context_length_exceeded) or truncate (drop the oldest turns, keeping the "
-                   "system messages and the last user turn); a request's \"context_overflow\" "
-                   "overrides it")
-      ->check(CLI::IsMember({"error", "truncate"}));
+                   "context_length_exceeded), truncate (drop the oldest turns, keeping the "
+                   "system messages and the last user turn) or sink (StreamingLLM: keep the "
+                   "first 16 tokens and a recent window in the KV cache and generate on); a "
+                   "request's \"context_overflow\" overrides it")
+      ->check(CLI::IsMember({"error", "truncate", "sink"}));
   command->add_option("--kv-cache-mem", options->kv_cache_memory,
                       "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
                       "(2GiB, 512MiB, bytes)");

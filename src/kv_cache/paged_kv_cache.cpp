@@ -229,6 +229,42 @@ Q8Plane PagedKvCache::q8_plane(int layer, int block, int which, int kv_head) con
           reinterpret_cast<const uint16_t*>(plane + head_elements())};
 }
 
+void PagedKvCache::copy_block(int from, int to) {
+  TACHYON_CHECK(from >= 0 && from < num_blocks_ && to >= 0 && to < num_blocks_);
+  const std::vector<std::span<uint8_t>> source = block_layers(from);
+  const std::vector<std::span<uint8_t>> target = block_layers(to);
+  for (size_t layer = 0; layer < source.size(); ++layer) {
+    std::memcpy(target[layer].data(), source[layer].data(), source[layer].size());
+  }
+}
+
+void PagedKvCache::rewrite_keys(int block, int count,
+                                FunctionRef<void(float* keys, int n)> adjust_keys) {
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && count >= 0 && count <= block_size_);
+  if (count == 0) return;
+  const int kv = num_kv_heads_ * head_size_;
+  std::vector<float> by_dimension(static_cast<size_t>(head_size_) * block_size_);
+  std::vector<float> head_values(static_cast<size_t>(block_size_) * head_size_);
+  std::vector<float> keys(static_cast<size_t>(count) * kv), values(keys.size());
+  std::vector<int64_t> slots(count);
+  for (int i = 0; i < count; ++i) slots[i] = static_cast<int64_t>(block) * block_size_ + i;
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    for (int head = 0; head < num_kv_heads_; ++head) {
+      load_block(layer, head, block, count, by_dimension.data(), block_size_,
+                 head_values.data());
+      for (int p = 0; p < count; ++p) {
+        float* key_row = keys.data() + static_cast<size_t>(p) * kv + head * head_size_;
+        for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * block_size_ + p];
+        std::memcpy(values.data() + static_cast<size_t>(p) * kv + head * head_size_,
+                    head_values.data() + static_cast<size_t>(p) * head_size_,
+                    head_size_ * sizeof(float));
+      }
+    }
+    adjust_keys(keys.data(), count);
+    store(layer, slots, keys.data(), values.data());
+  }
+}
+
 std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
   TACHYON_CHECK(block >= 0 && block < num_blocks_);
   const size_t layer_bytes = static_cast<size_t>(planes() * num_kv_heads_ * head_bytes_);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/function_ref.h"
 #include "core/huge_page_arena.h"
 #include "core/status.h"
 #include "kv_cache/q8_plane.h"
@@ -66,6 +67,13 @@ class PagedKvCache {
   //   columns [0, count) are written); values: f32 [count, head_size].
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
                   int64_t key_stride, float* values) const;
+
+  // Copies every layer's keys and values of block `from` into block `to`.
+  void copy_block(int from, int to);
+  // Reads the keys of the first `count` slots of `block` in every layer back as f32 rows
+  // [count, kv_size], passes them through `adjust_keys` and stores them again, values
+  // unchanged (the sink policy turns moved keys back: DecoderModel::shift_keys).
+  void rewrite_keys(int block, int count, FunctionRef<void(float* keys, int n)> adjust_keys);
 
   // Every byte of `block`: one contiguous span per layer (its keys and values, all heads),
   // layer 0 first. Copying them out and back in restores the block exactly (the disk tier).

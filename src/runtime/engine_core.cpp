@@ -62,7 +62,12 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
                                           tokenizer_.vocabulary_size() - 1));
     }
   }
-  if (num_prompt + 1 > max_context_) {
+  if (request.sink && max_context_ < 4 * options_.block_size) {
+    return invalid_argument(fmt::format(
+        "the context of {} tokens is too small for the sink policy (at least {})", max_context_,
+        4 * options_.block_size));
+  }
+  if (!request.sink && num_prompt + 1 > max_context_) {
     return out_of_range(fmt::format(
         "the prompt has {} tokens, but the context holds {} (prompt and at least one new token)",
         num_prompt, max_context_));
@@ -130,6 +135,10 @@ bool EngineCore::take_inbox() {
     request->tokens = submission.request.prompt;
     request->num_prompt_tokens = static_cast<int>(request->tokens.size());
     request->hash_root = BlockHash::root(submission.request.cache_salt);
+    if (submission.request.sink) {
+      request->sink_tokens = options_.block_size;
+      request->max_positions = max_context_;
+    }
     StopCondition stop(submission.request.sampling, end_of_generation_);
     const bool skip_special = submission.request.skip_special_tokens;
     auto active = std::make_unique<Active>(Active{std::move(submission.request),
@@ -140,8 +149,10 @@ bool EngineCore::take_inbox() {
     active->partition = std::hash<std::string>{}(active->request.cache_salt) *
                             0x9e3779b97f4a7c15ull ^
                         active->request.tenant;
+    if (active->request.sink) active->history = active->request.prompt;
     if (options_.speculative.enabled() && active->request.speculate) {
-      if (draft_runner_) {
+      // The draft model's cache cannot follow the sink policy's moves: prompt lookup instead.
+      if (draft_runner_ && !active->request.sink) {
         active->model_drafts = true;
         active->draft_source = DraftSource::kDraft;
       } else {
@@ -180,6 +191,7 @@ void EngineCore::set_counts(const Request& request, const Active& active,
   output.prompt_tokens = request.num_prompt_tokens;
   output.cached_prompt_tokens = request.num_cached_prompt_tokens;
   output.completion_tokens = active.num_completion_tokens;
+  output.dropped_tokens = request.num_dropped_tokens;
   output.queue_seconds = active.queue_seconds;
   output.draft_tokens = active.draft_tokens;
   output.accepted_draft_tokens = active.accepted_draft_tokens;
@@ -220,9 +232,12 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   EngineOutput& output = sampled.output;
   int accepted = 0;
   for (int i = 0; i <= num_drafts; ++i) {
-    const TokenId token = active.sampler.sample(runner_.logits_for(logits_row + i), request.tokens,
+    const bool whole_history = active.request.sink;
+    const TokenId token = active.sampler.sample(runner_.logits_for(logits_row + i),
+                                                whole_history ? active.history : request.tokens,
                                                 request.num_prompt_tokens);
     request.tokens.push_back(token);
+    if (whole_history) active.history.push_back(token);
     ++active.num_completion_tokens;
     output.tokens.push_back(token);
     if (active.request.sampling.logprobs) output.logprobs.push_back(active.sampler.last_logprobs());
@@ -236,7 +251,7 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
       output.finished = true;
       break;
     }
-    if (request.num_tokens() >= max_context_) {
+    if (!active.request.sink && request.num_tokens() >= max_context_) {
       // No room to compute another token.
       output.text += active.detokenizer.finish();
       output.text += active.stop.flush();
@@ -345,6 +360,7 @@ void EngineCore::step() {
     active.scheduled = true;
     active.queue_seconds = std::chrono::duration<double>(now - active.submitted).count();
   }
+  move_cache(output);
   const auto run_start = std::chrono::steady_clock::now();
   Status status = runner_.execute(output);
   step_cost_.observe(output.num_tokens, std::chrono::duration<double>(
@@ -390,6 +406,15 @@ void EngineCore::step() {
   publish_metrics(output.num_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
   metrics_.generation_tokens_total += num_generated;
+}
+
+void EngineCore::move_cache(const SchedulerOutput& output) {
+  for (const BlockCopy& copy : output.block_copies) cache_->copy_block(copy.from, copy.to);
+  for (const KeyShift& shift : output.key_shifts) {
+    cache_->rewrite_keys(shift.block, shift.count, [&](float* keys, int n) {
+      model_.shift_keys(keys, n, shift.delta);
+    });
+  }
 }
 
 void EngineCore::publish_metrics(int step_tokens) {

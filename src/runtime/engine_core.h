@@ -95,6 +95,9 @@ class EngineCore {
     uint64_t partition = 0;  // its tenant and cache salt: whose suffix-cache text it may see
     int draft_tokens = 0;
     int accepted_draft_tokens = 0;
+    // With the sink policy the scheduler's tokens are what the cache holds: the whole prompt
+    // and output are kept here for the sampler (penalties see what they would without it).
+    std::vector<TokenId> history = {};
   };
   // A sampling request's step: its new tokens and text, and whether it finished.
   struct Sampled {
@@ -124,6 +127,8 @@ class EngineCore {
   // Fills output's counts (prompt, cached, completion, draft tokens; queue time).
   void set_counts(const Request& request, const Active& active, EngineOutput& output) const;
   void fail_expired();
+  // The step's cache moves (sink policy): block copies, then key shifts.
+  void move_cache(const SchedulerOutput& output);
   void publish_metrics(int step_tokens);
 
   DecoderModel& model_;

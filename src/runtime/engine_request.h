@@ -17,7 +17,7 @@
 namespace tachyon {
 
 struct EngineRequest {
-  std::vector<TokenId> prompt;  // at least one token; prompt + 1 must fit the context
+  std::vector<TokenId> prompt;  // at least one token; prompt + 1 must fit the context (or `sink`)
   // max_tokens unset ⇒ until the context is full. Stop strings and end-of-generation tokens
   // are handled by the engine.
   SamplingParams sampling;
@@ -32,6 +32,12 @@ struct EngineRequest {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // Decode special tokens (e.g. <|im_end|>) as text? OpenAI servers skip them.
   bool skip_special_tokens = true;
+  // When the sequence outgrows the context: false, it may not (a longer prompt is an error,
+  // generation ends with kLength at a full context); true, the "sink" policy (StreamingLLM):
+  // the first block of tokens and a recent window stay in the KV cache, older tokens are
+  // dropped and the rest's positions turned back, so it runs on in bounded memory
+  // (Request::sink_tokens). A longer prompt is cut to its first block and its last tokens.
+  bool sink = false;
   // Opt out of the engine's speculative decoding (it never changes the output; a client may
   // still prefer not to spend compute on guesses).
   bool speculate = true;
@@ -56,6 +62,8 @@ struct EngineOutput {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;
+  // With `sink`: tokens cut from the prompt or dropped from the cache so far.
+  int dropped_tokens = 0;
   // Seconds from submit until the engine first scheduled it (0 until then).
   double queue_seconds = 0;
   // Speculative decoding so far: draft tokens verified and, of those, accepted.

@@ -131,16 +131,23 @@ std::optional<ApiError> build_engine_request(const OpenAiRequest& request, const
   if (truncation != nullptr) *truncation = dropped;
   const int64_t num_prompt = static_cast<int64_t>(out.prompt.size());
   const char* what = chat ? "messages" : "prompt";
-  // The engine needs room for at least one generated token.
-  if (num_prompt + 1 > max_context) {
+  out.sink = request.context_overflow.value_or(model.context_overflow) == ContextOverflow::kSink;
+  out.sampling = request.sampling;
+  if (out.sink) {
+    // Any length fits: the engine keeps the first block and a recent window. Without
+    // max_tokens, a chat may write a window's worth.
+    if (!out.sampling.max_tokens) {
+      out.sampling.max_tokens = static_cast<int32_t>(
+          chat ? max_context : std::min<int64_t>(max_context, kDefaultCompletionMaxTokens));
+    }
+  } else if (num_prompt + 1 > max_context) {
+    // The engine needs room for at least one generated token.
     return ApiError::invalid_request(
         fmt::format("This model's maximum context length is {} tokens. However, your {} "
                     "resulted in {} tokens. Please reduce the length of the {}.",
                     max_context, what, num_prompt, what),
         prompt_param, "context_length_exceeded");
-  }
-  out.sampling = request.sampling;
-  if (out.sampling.max_tokens) {
+  } else if (out.sampling.max_tokens) {
     const int64_t wanted = *out.sampling.max_tokens;
     if (num_prompt + wanted > max_context) {
       return ApiError::invalid_request(

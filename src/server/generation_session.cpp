@@ -138,7 +138,7 @@ asio::awaitable<bool> GenerationSession::answer_whole() {
   if (!last.status.ok())
     co_return co_await connection_.send_error(ApiError::from_status(last.status));
   const Usage usage{last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens,
-                    truncation_.dropped_tokens, truncation_.dropped_messages};
+                    truncation_.dropped_tokens + last.dropped_tokens, truncation_.dropped_messages};
   co_return co_await connection_.send_json(
       http::status::ok,
       builder_.response(text, request_.sampling.logprobs, logprobs, last.finish_reason, usage));
@@ -190,7 +190,8 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
         pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason));
         if (request_.include_usage) {
           const Usage usage{output->prompt_tokens, output->completion_tokens,
-                            output->cached_prompt_tokens, truncation_.dropped_tokens,
+                            output->cached_prompt_tokens,
+                            truncation_.dropped_tokens + output->dropped_tokens,
                             truncation_.dropped_messages};
           pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
         }

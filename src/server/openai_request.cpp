@@ -437,6 +437,7 @@ std::optional<ApiError> parse_sampling(FieldReader& fields, Endpoint endpoint,
 std::optional<ContextOverflow> parse_context_overflow(std::string_view name) {
   if (name == "error") return ContextOverflow::kError;
   if (name == "truncate") return ContextOverflow::kTruncate;
+  if (name == "sink") return ContextOverflow::kSink;
   return std::nullopt;
 }
 
@@ -498,11 +499,9 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
     out.context_overflow = parse_context_overflow(*x);
     if (!out.context_overflow) {
       return ApiError::invalid_request(
-          *x == "sink" ? "'context_overflow' \"sink\" is not supported yet; use \"error\" or "
-                         "\"truncate\""
-                       : fmt::format("'context_overflow' must be \"error\" or \"truncate\", not "
-                                     "\"{}\"",
-                                     *x),
+          fmt::format("'context_overflow' must be \"error\", \"truncate\" or \"sink\", not "
+                      "\"{}\"",
+                      *x),
           "context_overflow", "invalid_value");
     }
   }

@@ -22,8 +22,10 @@ enum class Endpoint { kChatCompletions, kCompletions };
 // What a request whose prompt and max_tokens outgrow the context gets (tachyon's extension
 // "context_overflow"; the server's --context-overflow sets the default): `error`, OpenAI's 400
 // context_length_exceeded; `truncate`, the oldest turns dropped (chat: the system messages and
-// the last user turn stay; completions: the prompt's oldest tokens after BOS go).
-enum class ContextOverflow { kError, kTruncate };
+// the last user turn stay; completions: the prompt's oldest tokens after BOS go); `sink`
+// (StreamingLLM), the prompt's first block and a recent window stay in the KV cache and
+// generation runs on past the context (EngineRequest::sink).
+enum class ContextOverflow { kError, kTruncate, kSink };
 std::optional<ContextOverflow> parse_context_overflow(std::string_view name);
 
 struct OpenAiRequest {

@@ -22,7 +22,8 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens served from the prefix cache
-  // What context_overflow "truncate" dropped (reported in prompt_tokens_details when any).
+  // What context_overflow "truncate" dropped, or "sink" cut from the prompt and dropped from
+  // the cache (reported in prompt_tokens_details when any).
   int64_t dropped_tokens = 0;
   int dropped_messages = 0;
 

@@ -5,6 +5,9 @@ that outgrows the context drops its oldest turns instead of failing, says how ma
 messages went (usage.prompt_tokens_details and x-dropped-* headers, streamed or not), and a
 scripted 200-turn conversation never errors while every prompt stays within the context; the
 default stays OpenAI's 400 context_length_exceeded; values tachyon does not know are a 400.
+With `"sink"` (StreamingLLM) a chat longer than the context is answered from its first block
+and a recent window, generation runs on past the context, and KV memory stays within one
+context per request (sampled from /metrics while it runs), over 200 turns too.
 
     .venv/bin/python tests/api/context_overflow_test.py --tachyon build/tachyon
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from pathlib import Path
 
 import openai
@@ -103,7 +108,7 @@ def check_per_request(server: TachyonServer) -> None:
                                      extra_body={"context_overflow": "truncate"})
     check("truncate, completions: the prompt's oldest tokens dropped, room left for max_tokens",
           text.usage.prompt_tokens == CONTEXT - 8 and dropped(text.usage)[0] > 0, text.usage)
-    for value, says in (("sink", "not supported yet"), ("bogus", "must be")):
+    for value, says in (("bogus", "must be"), ("", "must be")):
         try:
             client.chat.completions.create(model=model, messages=messages[:2], max_tokens=4,
                                            extra_body={"context_overflow": value})
@@ -111,6 +116,102 @@ def check_per_request(server: TachyonServer) -> None:
         except openai.BadRequestError as error:
             check(f"context_overflow {value!r} refused with a 400 naming the field",
                   error.param == "context_overflow" and says in str(error), error.body)
+
+
+class PeakBlocks:
+    """Samples tachyon:kv_cache_blocks_used every 20 ms while in a `with` block."""
+
+    def __init__(self, server: TachyonServer):
+        self.server, self.peak, self._stop = server, 0.0, threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, body = http_get(self.server.url + "/metrics")
+            if status == 200:
+                used = parse_prometheus(body.decode()).get("tachyon:kv_cache_blocks_used", 0)
+                self.peak = max(self.peak, used)
+            time.sleep(0.02)
+
+    def __enter__(self) -> "PeakBlocks":
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def check_sink(server: TachyonServer) -> None:
+    """`context_overflow: "sink"` (StreamingLLM): a chat longer than the context is answered
+    from its first block and a recent window; generation runs on past the context in bounded
+    KV memory; usage says how many tokens left the cache."""
+    client, model = client_for(server)
+    messages = long_chat(8)
+    answer = client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                            temperature=0, extra_body={"context_overflow": "sink"})
+    tokens, _ = dropped(answer.usage)
+    info(f"sink: prompt {answer.usage.prompt_tokens} tokens, {tokens} left the cache")
+    check("sink: a chat longer than the context is answered",
+          answer.choices[0].message.content and answer.usage.prompt_tokens > CONTEXT,
+          answer.usage)
+    check("sink: usage counts the tokens cut from the prompt",
+          tokens >= answer.usage.prompt_tokens - CONTEXT, answer.usage)
+    # Generation past the context: 3x the context in one answer, streamed, in bounded memory.
+    with PeakBlocks(server) as blocks:
+        stream = client.completions.create(
+            model=model, prompt="Once upon a time", max_tokens=3 * CONTEXT, temperature=0.8,
+            seed=7, stream=True, stream_options={"include_usage": True},
+            extra_body={"context_overflow": "sink", "ignore_eos": True})
+        chunks = list(stream)
+    usage = chunks[-1].usage
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    info(f"sink: {usage.completion_tokens} tokens generated in a {CONTEXT}-token context, "
+         f"{dropped(usage)[0]} dropped, at most {blocks.peak:.0f} KV blocks in use")
+    check("sink: generation runs on past the context (3x), finishing by length",
+          usage.completion_tokens == 3 * CONTEXT and chunks[-2].choices[0].finish_reason ==
+          "length" and len(text) > 3 * CONTEXT, usage)
+    check("sink: the tokens dropped from the cache are counted",
+          dropped(usage)[0] >= 2 * CONTEXT - 16, usage)
+    check("sink: KV blocks in use never past one context's worth",
+          0 < blocks.peak <= CONTEXT // 16 + 1, blocks.peak)
+    # Without sink the same request is refused as before.
+    try:
+        client.completions.create(model=model, prompt="Once upon a time", max_tokens=3 * CONTEXT)
+        check("without sink: max_tokens past the context is context_length_exceeded", False,
+              "200")
+    except openai.BadRequestError as error:
+        check("without sink: max_tokens past the context is context_length_exceeded",
+              error.code == "context_length_exceeded", error.body)
+
+
+def check_endless_chat_sink(server: TachyonServer) -> None:
+    """200 turns with the server's default set to sink: no error, conversations longer than the
+    context answered, KV memory bounded by one context per request."""
+    client, model = client_for(server)
+    messages = [SYSTEM]
+    errors, longest, most_dropped = 0, 0, 0
+    with PeakBlocks(server) as blocks:
+        for turn in range(200):
+            messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
+            try:
+                answer = client.chat.completions.create(model=model, messages=messages,
+                                                        max_tokens=8, temperature=0)
+            except openai.APIError as error:
+                errors += 1
+                info(f"turn {turn}: {error}")
+                messages.append({"role": "assistant", "content": "(error)"})
+                continue
+            longest = max(longest, answer.usage.prompt_tokens)
+            most_dropped = max(most_dropped, dropped(answer.usage)[0])
+            messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    info(f"200 turns with sink: longest conversation {longest} tokens, up to {most_dropped} "
+         f"left the cache, at most {blocks.peak:.0f} KV blocks in use")
+    check("200-turn chat with --context-overflow sink: no request failed", errors == 0, errors)
+    check("200-turn chat (sink): conversations far past the context answered",
+          longest > 10 * CONTEXT and most_dropped >= longest - CONTEXT, (longest, most_dropped))
+    check("200-turn chat (sink): KV blocks in use never past one context's worth",
+          0 < blocks.peak <= CONTEXT // 16 + 1, blocks.peak)
 
 
 def check_endless_chat(server: TachyonServer) -> None:
@@ -155,6 +256,11 @@ def main() -> int:
     with TachyonServer(args.tachyon, args=["-c", str(CONTEXT), "--kv-cache-mem", "64MiB",
                                            "--context-overflow", "truncate"]) as server:
         section("endless chat", check_endless_chat, server)
+    with TachyonServer(args.tachyon, args=["-c", str(CONTEXT), "--kv-cache-mem", "64MiB"]) as server:
+        section("sink", check_sink, server)
+    with TachyonServer(args.tachyon, args=["-c", str(CONTEXT), "--kv-cache-mem", "64MiB",
+                                           "--context-overflow", "sink"]) as server:
+        section("endless chat (sink)", check_endless_chat_sink, server)
     return exit_status()
 
 
