@@ -40,6 +40,7 @@ EngineOutput RequestStream::wait_for_all() {
     all.queue_seconds = next.queue_seconds;
     all.draft_tokens = next.draft_tokens;
     all.accepted_draft_tokens = next.accepted_draft_tokens;
+    all.dropped_tokens = next.dropped_tokens;
     if (next.finished) {
       all.finished = true;
       all.finish_reason = next.finish_reason;

@@ -280,6 +280,61 @@ TEST(PagedKvCacheTest, PrefetchedStoresReadBack) {
 
 // MLA's latent serves as key and value: a cache that stores it once takes half the memory and
 // reads each position's value back as its key, in both caches and both types.
+// A paged block copied, then its keys rewritten (here: + 1): the copy's keys changed in its
+// first `count` slots, its values as they were, the original untouched.
+TEST(PagedKvCacheTest, CopiedBlockKeysRewrittenInPlace) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  const int layers = 2, heads = 2, head_size = 64, block_size = 16, count = 11;
+  const int kv = heads * head_size;
+  for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+    SCOPED_TRACE(std::string(kv_cache_type_name(type)));
+    auto cache = PagedKvCache::create(layers, heads, head_size, 4, block_size, type);
+    ASSERT_TRUE(cache.ok());
+    std::vector<int64_t> slots(block_size);
+    for (int i = 0; i < block_size; ++i) slots[i] = block_size + i;  // block 1
+    std::vector<std::vector<float>> keys(layers), values(layers);
+    for (int layer = 0; layer < layers; ++layer) {
+      keys[layer].resize(static_cast<size_t>(block_size) * kv);
+      values[layer].resize(keys[layer].size());
+      for (float& x : keys[layer]) x = normal(rng);
+      for (float& x : values[layer]) x = normal(rng);
+      keys[layer] = as_stored(type, keys[layer]);
+      values[layer] = as_stored(type, values[layer]);
+      (*cache)->store(layer, slots, keys[layer].data(), values[layer].data());
+    }
+    (*cache)->copy_block(1, 3);
+    int rows = 0;
+    (*cache)->rewrite_keys(3, count, [&](float* k, int n) {
+      for (int64_t i = 0; i < static_cast<int64_t>(n) * kv; ++i) k[i] += 1.0f;
+      rows += n;
+    });
+    EXPECT_EQ(rows, layers * count);
+    const float tolerance = type == DType::kF32 ? 0.0f : type == DType::kF16 ? 2e-3f : 0.05f;
+    for (int layer = 0; layer < layers; ++layer) {
+      for (int head = 0; head < heads; ++head) {
+        for (int block : {1, 3}) {
+          std::vector<float> by_dimension(static_cast<size_t>(head_size) * block_size);
+          std::vector<float> v(static_cast<size_t>(block_size) * head_size);
+          (*cache)->load_block(layer, head, block, block_size, by_dimension.data(), block_size,
+                               v.data());
+          int mismatches = 0;
+          for (int p = 0; p < block_size; ++p) {
+            for (int d = 0; d < head_size; ++d) {
+              const size_t at = static_cast<size_t>(p) * kv + head * head_size + d;
+              const float shift = block == 3 && p < count ? 1.0f : 0.0f;
+              mismatches += std::abs(by_dimension[static_cast<size_t>(d) * block_size + p] -
+                                     (keys[layer][at] + shift)) > (shift ? tolerance : 0.0f);
+              mismatches += v[static_cast<size_t>(p) * head_size + d] != values[layer][at];
+            }
+          }
+          EXPECT_EQ(mismatches, 0) << "layer " << layer << " head " << head << " block " << block;
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedKvCacheTest, ValuesThatAreTheKeysAreStoredOnce) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -298,6 +299,95 @@ TEST(EngineTest, DiskTierNeedsThePrefixCacheAndAFingerprint) {
   EXPECT_NE(second.status().message().find("in use"), std::string::npos);
   engine->reset();
   std::filesystem::remove_all(options.kv_disk_directory);
+}
+
+// The sink policy: a request runs on past the context; until its first drop its tokens are
+// those of the same request without it; with drops it gives the same tokens alone and in a
+// batch (sharing its prompt's blocks with others, so the shared ones are copied before they
+// move); it never holds more than one context of blocks, and a too long prompt is cut.
+TEST_P(EngineCacheTypeTest, SinkRunsPastTheContextTheSameAloneAndBatched) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_type = GetParam();
+  options.kv_cache_bytes = 64 << 20;
+  options.max_context = 96;
+  options.max_batch_tokens = 64;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const std::vector<TokenId> prompt = make_prompts(*loaded.tokenizer, 8)[4];  // ~60 tokens
+  const int room = 96 - static_cast<int>(prompt.size());
+  const EngineOutput plain = run_alone(*engine, greedy_request(prompt, room));
+  EngineRequest sink = greedy_request(prompt, 300);
+  sink.sink = true;
+  const EngineOutput alone = run_alone(*engine, sink);
+  ASSERT_TRUE(alone.status.ok()) << alone.status.message();
+  EXPECT_EQ(alone.completion_tokens, 300);
+  EXPECT_EQ(std::vector<TokenId>(alone.tokens.begin(), alone.tokens.begin() + room), plain.tokens);
+  EXPECT_GE(alone.dropped_tokens, 300 - room);
+
+  // The same tokens from one contiguous cache handled as StreamingLLM does (drop 16 tokens
+  // after the first 16 when the 96 positions are full, turn the rest's keys back): the paged
+  // moves are those moves.
+  {
+    DecoderModel& model = *loaded.model;
+    KvCache cache = model.make_cache(96, GetParam());
+    std::vector<float> logits;
+    std::vector<TokenId> expected;
+    ASSERT_TRUE(model.forward(prompt, 0, cache, pool, 1, logits).ok());
+    int length = static_cast<int>(prompt.size());
+    const int vocab = model.config().vocab_size;
+    for (int t = 0; t < 300; ++t) {
+      const TokenId next =
+          static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
+                               logits.begin());
+      expected.push_back(next);
+      if (t == 299) break;
+      if (length + 1 > 96) {
+        cache.drop_positions(16, 16, length, [&](float* keys, int n) {
+          model.shift_keys(keys, n, 16);
+        });
+        length -= 16;
+      }
+      const std::vector<TokenId> one = {next};
+      ASSERT_TRUE(model.forward(one, length, cache, pool, 1, logits).ok());
+      ++length;
+    }
+    int same = 0;
+    while (same < 300 && expected[same] == alone.tokens[same]) ++same;
+    EXPECT_EQ(same, 300) << "the engine and the contiguous cache part after token " << same;
+  }
+
+  // The same with others around: two more sink copies (sharing its blocks) and a plain one.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest request = i < 2 ? sink : greedy_request(make_prompts(*loaded.tokenizer, 8)[1], 20);
+    Result<std::shared_ptr<RequestStream>> stream = engine->submit(request);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    streams.push_back(*stream);
+  }
+  std::vector<EngineOutput> outputs;
+  for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+  EXPECT_EQ(outputs[0].tokens, alone.tokens);
+  EXPECT_EQ(outputs[1].tokens, alone.tokens);
+  EXPECT_EQ(outputs[2].completion_tokens, 20);
+
+  // A prompt longer than the context: cut, answered.
+  std::vector<TokenId> long_prompt;
+  for (const std::vector<TokenId>& part : make_prompts(*loaded.tokenizer, 8)) {
+    long_prompt.insert(long_prompt.end(), part.begin(), part.end());
+  }
+  ASSERT_GT(long_prompt.size(), 96u);
+  EXPECT_FALSE(engine->submit(greedy_request(long_prompt, 8)).ok());  // without sink: too long
+  EngineRequest long_sink = greedy_request(long_prompt, 8);
+  long_sink.sink = true;
+  const EngineOutput cut = run_alone(*engine, long_sink);
+  ASSERT_TRUE(cut.status.ok()) << cut.status.message();
+  EXPECT_EQ(cut.completion_tokens, 8);
+  EXPECT_EQ(cut.prompt_tokens, static_cast<int>(long_prompt.size()));
+  EXPECT_GE(cut.dropped_tokens, static_cast<int>(long_prompt.size()) - 96);
+  expect_pool_back_to_full(*engine);
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheTypes, EngineCacheTypeTest,
