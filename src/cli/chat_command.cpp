@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include <boost/json.hpp>
@@ -28,6 +29,7 @@ struct ChatOptions {
   std::string system;
   int max_tokens = -1;  // per reply; -1: until the model stops or the context is full
   int min_reply_room = 128;
+  std::string context_overflow = "truncate";  // or sink
 };
 
 struct Turn {
@@ -45,7 +47,9 @@ class ChatSession {
         params_(std::move(params)),
         system_(options.system),
         generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
-                   options.model.batch_size, session.cache_type) {}
+                   options.model.batch_size, session.cache_type) {
+    generator_.set_sink(options.context_overflow == "sink");
+  }
 
   // Speculation as the flags ask (the draft model, if any, loaded by the caller).
   Status speculate(DraftModelRunner* draft) {
@@ -110,9 +114,13 @@ class ChatSession {
   void reply(const std::string& user_text, const InterruptGuard& interrupt) {
     turns_.push_back({user_text, ""});
     // The oldest turns dropped until the prompt leaves room for a reply (the server's
-    // context_overflow "truncate"): the conversation goes on however long it gets.
+    // context_overflow "truncate"), or with sink the whole conversation given to the
+    // generator, which keeps its first tokens and a recent window: either way the
+    // conversation goes on however long it gets.
     const int64_t max_prompt =
-        session_.context_size - std::min(options_.min_reply_room, session_.context_size / 4);
+        options_.context_overflow == "sink"
+            ? std::numeric_limits<int64_t>::max()
+            : session_.context_size - std::min(options_.min_reply_room, session_.context_size / 4);
     auto render_tokens = [&](const boost::json::array& list) -> Result<std::vector<int32_t>> {
       TACHYON_ASSIGN_OR_RETURN(std::string rendered, session_.render_chat(template_, list, true));
       return session_.tokenizer->encode(rendered);
@@ -184,6 +192,12 @@ void add_chat_command(CLI::App& app) {
   command->add_option("--system", options->system, "System message");
   command->add_option("-n,--max-tokens", options->max_tokens,
                       "Most tokens per reply, -1 = until the model stops (default)");
+  command
+      ->add_option("--context-overflow", options->context_overflow,
+                   "When the chat outgrows the context: truncate (default: drop the oldest "
+                   "turns) or sink (StreamingLLM: keep the first 4 tokens and a recent window "
+                   "in the KV cache)")
+      ->check(CLI::IsMember({"truncate", "sink"}));
   command->callback([options] {
     Status status = run_chat(*options);
     if (!status.ok()) fail(status.message());

@@ -25,6 +25,7 @@ struct GenerateOptions {
   bool chat = false;
   bool json = false;
   bool add_special = false;
+  std::string context_overflow = "error";  // or sink
 };
 
 Status run_generate(GenerateOptions& options) {
@@ -57,6 +58,7 @@ Status run_generate(GenerateOptions& options) {
     TACHYON_ASSIGN_OR_RETURN(draft_runner, make_draft_runner(draft, session));
   }
   TACHYON_RETURN_IF_ERROR(generator.set_speculation(options.speculation.options, draft_runner.get()));
+  generator.set_sink(options.context_overflow == "sink");
   InterruptGuard interrupt;
   TACHYON_ASSIGN_OR_RETURN(
       GenerationOutput output,
@@ -84,6 +86,7 @@ Status run_generate(GenerateOptions& options) {
       {"finish_reason", output.cancelled ? "cancelled" : finish_reason_name(output.finish_reason)},
       {"prompt_tokens", output.prompt_tokens},
       {"completion_tokens", completion_tokens},
+      {"dropped_tokens", output.dropped_tokens},
       {"prompt_seconds", output.prompt_seconds},
       {"generation_seconds", output.generation_seconds},
       {"prompt_tokens_per_second",
@@ -107,6 +110,12 @@ void add_generate_command(CLI::App& app) {
   add_sampling_options(*command, options->sampling);
   add_speculation_flags(*command, options->speculation);
   command->add_option("-p,--prompt", options->prompt, "The text to continue")->required();
+  command
+      ->add_option("--context-overflow", options->context_overflow,
+                   "At a full context: error (default: a longer prompt is refused, generation "
+                   "stops) or sink (StreamingLLM: keep the first 4 tokens and a recent window, "
+                   "generate on)")
+      ->check(CLI::IsMember({"error", "sink"}));
   command->add_option("-n,--max-tokens", options->max_tokens,
                       "Most tokens to generate, -1 = until the context is full (default 256)");
   command->add_flag("--chat", options->chat, "Wrap the prompt in the model's chat template");

@@ -92,6 +92,17 @@ Result<std::span<const float>> Generator::prefill(std::span<const TokenId> promp
   return std::span<const float>(logits_);
 }
 
+void Generator::drop_for_sink(std::vector<TokenId>& view, int& dropped) {
+  const int chunk = std::min(sink_drop_chunk(),
+                             static_cast<int>(cached_tokens_.size()) - kSinkTokens);
+  cache_.drop_positions(kSinkTokens, chunk, static_cast<int>(cached_tokens_.size()),
+                        [&](float* keys, int n) { model_.shift_keys(keys, n, chunk); });
+  cached_tokens_.erase(cached_tokens_.begin() + kSinkTokens,
+                       cached_tokens_.begin() + kSinkTokens + chunk);
+  view.erase(view.begin() + kSinkTokens, view.begin() + kSinkTokens + chunk);
+  dropped += chunk;
+}
+
 Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
                                              const SamplingParams& params,
                                              const std::function<void(std::string_view)>& on_text,
@@ -100,7 +111,17 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   GenerationOutput output;
   output.prompt_tokens = static_cast<int>(prompt.size());
   const auto prompt_start = std::chrono::steady_clock::now();
-  TACHYON_RETURN_IF_ERROR(prefill(prompt).status());
+  // With sink: what the cache holds (the cut prompt, then each token as it is computed).
+  std::vector<TokenId> view;
+  if (sink_) {
+    const int keep = context_size() - sink_drop_chunk();
+    view.assign(prompt.begin(), prompt.end());
+    if (static_cast<int>(view.size()) > keep) {
+      output.dropped_tokens = static_cast<int>(view.size()) - keep;
+      view.erase(view.begin() + kSinkTokens, view.begin() + kSinkTokens + output.dropped_tokens);
+    }
+  }
+  TACHYON_RETURN_IF_ERROR(prefill(sink_ ? std::span<const TokenId>(view) : prompt).status());
   output.cached_prompt_tokens = last_reused_tokens_;
   output.prompt_seconds = seconds_since(prompt_start);
 
@@ -116,7 +137,7 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   // Speculation: drafts[i] is the guess for the token after logits_ row i; rows past the
   // first are valid only while the samples equal the guesses before them.
   std::unique_ptr<LookupProposer> proposer;
-  if (speculation_.enabled() && draft_ == nullptr) {
+  if (speculation_.enabled() && draft_ == nullptr && !sink_) {
     proposer = std::make_unique<LookupProposer>(speculation_.max_draft_tokens,
                                                 suffix_cache_.get(), /*partition=*/0);
   }
@@ -141,7 +162,7 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       output.finish_reason = update.finish_reason;
       break;
     }
-    if (static_cast<int>(context.size()) >= context_size()) {
+    if (!sink_ && static_cast<int>(context.size()) >= context_size()) {
       // No room to compute another token: the context is full.
       emit(stop.flush());
       output.finish_reason = FinishReason::kLength;
@@ -156,6 +177,13 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       output.draft_tokens += static_cast<int>(drafts.size());
       output.accepted_draft_tokens += row;
       acceptance.observe(static_cast<int>(drafts.size()), row);
+    }
+    if (sink_) {
+      // The token just sampled goes into the cache; when the cache is full, older ones leave.
+      view.push_back(token);
+      if (static_cast<int>(view.size()) > context_size()) drop_for_sink(view, output.dropped_tokens);
+      TACHYON_RETURN_IF_ERROR(extend(view));
+      continue;
     }
     // Positions past the last sampled token held rejected guesses.
     cached_tokens_.resize(context.size() - 1);
@@ -172,7 +200,7 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
         drafts.resize(choose_draft_lengths(step_cost_, 1, {acceptance.value()},
                                            {static_cast<int>(drafts.size())})[0]);
       }
-    } else if (draft_ != nullptr && room > 0) {
+    } else if (draft_ != nullptr && room > 0 && !sink_) {
       const int length =
           !speculation_.adaptive
               ? speculation_.max_draft_tokens

@@ -4,6 +4,7 @@
 // many sequences instead.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@ struct GenerationOutput {
   bool cancelled = false;
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;   // reused from the previous sequence's cache
+  int dropped_tokens = 0;         // with sink: cut from the prompt or dropped from the cache
   double prompt_seconds = 0;      // computing the prompt (and the first token's logits)
   double generation_seconds = 0;  // the rest
   // Speculative decoding: drafts verified, their tokens, and of those the accepted ones.
@@ -56,6 +58,15 @@ class Generator {
   // would. With kSuffix the drafts may also come from earlier sequences of this generator
   // (earlier turns of a chat); kDraft needs `draft` (which must outlive the generator).
   Status set_speculation(const SpeculativeOptions& options, DraftModelRunner* draft = nullptr);
+
+  // The "sink" context policy (StreamingLLM) for the next generate() calls: instead of
+  // stopping at a full context, the first kSinkTokens tokens and a recent window stay in the
+  // cache, older tokens are dropped an eighth of the window at a time and the rest's keys
+  // turned back (DecoderModel::shift_keys), so generation runs on in bounded memory. A prompt
+  // longer than the window is cut to its first kSinkTokens and its last tokens. Speculation
+  // is off while it is on.
+  void set_sink(bool on) { sink_ = on; }
+  static constexpr int kSinkTokens = 4;
 
   // Computes the prompt only (no sampling) and returns the last position's logits.
   Result<std::span<const float>> prefill(std::span<const TokenId> prompt);
@@ -87,6 +98,12 @@ class Generator {
   std::unique_ptr<SuffixCache> suffix_cache_;  // earlier sequences, with kSuffix
   StepCostModel step_cost_;  // seconds per forward pass, by tokens (how many drafts pay off)
   DraftModelRunner* draft_ = nullptr;  // kDraft
+  bool sink_ = false;
+  // With sink: tokens dropped at once when the cache is full.
+  int sink_drop_chunk() const { return std::max(16, (context_size() - kSinkTokens) / 8); }
+  // With sink: drops a chunk after the sink tokens from the cache and from `view` (what the
+  // cache holds, plus the token about to be computed).
+  void drop_for_sink(std::vector<TokenId>& view, int& dropped);
 };
 
 }  // namespace tachyon

@@ -5,6 +5,8 @@ them whenever it is full and turns the rest's keys back by 128 positions. Its pe
 within 5% of recomputing the window from scratch for every 128 tokens (`--stride 128`: the
 same tokens scored, each with as much context), also with a q8 cache (quantized again at each
 move); the same window without sink tokens does clearly worse (StreamingLLM's finding).
+`generate` and `chat` take `--context-overflow sink` too: generation runs on past the context
+and a prompt longer than the context is cut, not refused.
 
     .venv/bin/python tests/cli/streaming_perplexity_test.py --tachyon build/tachyon
 """
@@ -35,10 +37,47 @@ def perplexity(tachyon: str, *args: str) -> dict:
     return report
 
 
+def run(tachyon: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([tachyon, *args], capture_output=True, text=True, input=stdin,
+                          timeout=300)
+
+
+def check_commands(t: str) -> None:
+    sink = run(t, "generate", "-p", "Once upon a time", "-c", "256", "-n", "700", "--ignore-eos",
+               "--temperature", "0", "--context-overflow", "sink", "--json")
+    report = json.loads(sink.stdout) if sink.returncode == 0 else {}
+    info(f"generate, sink: {report.get('completion_tokens')} tokens in a 256-token context, "
+         f"{report.get('dropped_tokens')} dropped")
+    check("generate --context-overflow sink runs on past the context",
+          report.get("completion_tokens") == 700 and report.get("dropped_tokens", 0) >= 700 - 256,
+          sink.stderr[-300:])
+    plain = run(t, "generate", "-p", "Once upon a time", "-c", "256", "-n", "700", "--ignore-eos",
+                "--temperature", "0", "--json")
+    report = json.loads(plain.stdout) if plain.returncode == 0 else {}
+    check("... without it generation stops at the full context",
+          report.get("finish_reason") == "length" and report.get("completion_tokens", 999) < 256,
+          plain.stdout[-300:] + plain.stderr[-300:])
+    long_prompt = CORPUS.read_text()[:6000]
+    cut = run(t, "generate", "-p", long_prompt, "-c", "256", "-n", "8", "--temperature", "0",
+              "--context-overflow", "sink", "--json")
+    report = json.loads(cut.stdout) if cut.returncode == 0 else {}
+    check("generate, sink: a prompt longer than the context is cut and answered",
+          report.get("completion_tokens") == 8 and report.get("dropped_tokens", 0) > 1000,
+          cut.stderr[-300:])
+    refused = run(t, "generate", "-p", long_prompt, "-c", "256", "-n", "8")
+    check("... without it the prompt is refused", refused.returncode != 0, refused.stderr[-300:])
+    turns = "".join(f"Tell me more about the sea, part {i}.\n" for i in range(6)) + "/exit\n"
+    chat = run(t, "chat", "-c", "128", "-n", "40", "--temperature", "0", "--context-overflow",
+               "sink", stdin=turns)
+    check("chat --context-overflow sink: six turns in a 128-token context, no error",
+          chat.returncode == 0 and "error" not in chat.stderr, chat.stderr[-300:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tachyon", required=True)
     t = parser.parse_args().tachyon
+    check_commands(t)
     reference = perplexity(t)
     sinks = perplexity(t, "--stream", "--sink-tokens", "4")
     sinks_q8 = perplexity(t, "--stream", "--sink-tokens", "4", "--cache-type", "q8")
