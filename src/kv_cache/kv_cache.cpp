@@ -299,6 +299,33 @@ void KvCache::drop_positions(int first, int count, int length,
   }
 }
 
+void KvCache::keep_positions(int layer, std::span<const std::vector<int>> kept) {
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ &&
+                static_cast<int>(kept.size()) == num_kv_heads_);
+  const int count = static_cast<int>(kept[0].size());
+  const int kv = kv_size();
+  std::vector<float> keys(static_cast<size_t>(count) * kv), values(keys.size());
+  std::vector<float> head_keys, head_values;
+  for (int head = 0; head < num_kv_heads_; ++head) {
+    TACHYON_CHECK(static_cast<int>(kept[head].size()) == count);
+    const int length = count > 0 ? kept[head].back() + 1 : 0;
+    head_keys.resize(static_cast<size_t>(length) * head_size_);
+    head_values.resize(head_keys.size());
+    load_head(layer, head, head_size_, length, head_keys.data(), head_values.data());
+    for (int i = 0; i < count; ++i) {
+      const int from = kept[head][i];
+      TACHYON_CHECK(from >= (i > 0 ? kept[head][i - 1] + 1 : 0));
+      std::memcpy(keys.data() + static_cast<size_t>(i) * kv + head * head_size_,
+                  head_keys.data() + static_cast<size_t>(from) * head_size_,
+                  head_size_ * sizeof(float));
+      std::memcpy(values.data() + static_cast<size_t>(i) * kv + head * head_size_,
+                  head_values.data() + static_cast<size_t>(from) * head_size_,
+                  head_size_ * sizeof(float));
+    }
+  }
+  if (count > 0) store(layer, 0, count, keys.data(), values.data());
+}
+
 const uint16_t* KvCache::f16_keys(int layer, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
   TACHYON_CHECK(kv_head >= 0 && kv_head < num_kv_heads_);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -63,6 +64,11 @@ class KvCache {
   // f16 and f32 caches move exactly; q8 is quantized again (the same values unless adjusted).
   void drop_positions(int first, int count, int length,
                       FunctionRef<void(float* keys, int n)> adjust_keys);
+
+  // Compacts one layer: KV head h keeps positions kept[h] (ascending, each head as many), which
+  // become positions 0, 1, ... of that head; keys and values move as they are (f16 and f32
+  // exactly, q8 quantized again to the same values). SnapKV's eviction.
+  void keep_positions(int layer, std::span<const std::vector<int>> kept);
 
   // A KV head's stored keys and values as f16 bits, for kernels that read them in place
   // (type() must be kF16). Keys: [capacity / kKeyBlock (rounded up), head_size, kKeyBlock],

@@ -136,7 +136,8 @@ void DecoderModel::embed(std::span<const TokenIndex> tokens, float* out) const {
 
 Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_position,
                              KvCache& cache, ThreadPool& pool, int num_logits,
-                             std::vector<float>& logits) {
+                             std::vector<float>& logits, int position_offset,
+                             const AttentionObserver* observer) {
   const int num_tokens = static_cast<int>(tokens.size());
   if (num_tokens == 0) return invalid_argument("forward needs at least one token");
   if (num_logits < 0 || num_logits > num_tokens) {
@@ -157,7 +158,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
 
   std::vector<int>& positions = workspace_.positions;
   positions.resize(num_tokens);
-  for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t;
+  for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t + position_offset;
   const AttentionShape shape = attention_shape();
   const int64_t kv_size = config_.kv_size();
   auto store = [&](int layer, int first, int end) {
@@ -178,6 +179,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
       causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer,
                        w.attention.data(), pool);
     }
+    if (observer != nullptr) (*observer)(layer, w.query.data(), num_tokens);
   }, pool);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;

@@ -57,8 +57,18 @@ class DecoderModel {
   // positions before start_position are already filled) and writes the logits of the last
   // `num_logits` tokens: f32 [num_logits, vocab] (1: the next-token prediction; tokens.size():
   // all of them). Token ids must be valid and the positions must fit in the cache; checked.
+  // `position_offset`: the tokens' RoPE positions are their cache positions plus this (a cache
+  // compacted by SnapKV holds fewer positions than the sequence has tokens). `observer`, when
+  // given, sees each layer's queries after attention: f32 [tokens, q_size], RoPE applied
+  // (native numerics; SnapKV's scores).
+  using AttentionObserver = FunctionRef<void(int layer, const float* queries, int num_tokens)>;
   Status forward(std::span<const TokenIndex> tokens, int start_position, KvCache& cache,
-                 ThreadPool& pool, int num_logits, std::vector<float>& logits);
+                 ThreadPool& pool, int num_logits, std::vector<float>& logits,
+                 int position_offset = 0, const AttentionObserver* observer = nullptr);
+
+  // Query heads, KV heads, head size and softmax scale of the attention as the cache sees it
+  // (MLA: one latent KV head).
+  AttentionShape attention_shape() const;
 
   // Turns cached keys (f32 rows [count, kv_size], as a cache stores them: rotated) back by
   // `delta` positions in place: what the keys of tokens moved from position p to p - delta
@@ -113,7 +123,6 @@ class DecoderModel {
   };
 
   void embed(std::span<const TokenIndex> tokens, float* out) const;
-  AttentionShape attention_shape() const;
   // Stores the keys and values of the batch's tokens [first, end) (workspace_.key, .value) in
   // `layer`'s cache; called for disjoint ranges from several threads at once.
   using StoreTokens = FunctionRef<void(int layer, int first, int end)>;

@@ -1,0 +1,56 @@
+// SnapKV (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): a long
+// prompt's KV cache compressed to a budget of positions per KV head, keeping those that the
+// prompt's last tokens (the observation window) attend to most, smoothed over neighbouring
+// positions, plus the window itself. Each head keeps its own positions; all keep as many, so
+// the compacted cache is an ordinary cache of `budget` positions whose keys carry their
+// original rotations: decoding goes on with RoPE positions offset by what was dropped
+// (DecoderModel::forward's position_offset).
+#pragma once
+
+#include <vector>
+
+#include "kv_cache/kv_cache.h"
+#include "models/decoder_model.h"
+
+namespace tachyon {
+
+struct SnapKvOptions {
+  int budget = 1024;    // positions kept per KV head, the window included
+  int window = 32;      // the prompt's last tokens, whose attention scores the rest
+  int pool_kernel = 7;  // positions averaged around each score (odd)
+};
+
+// Positions kept: [layer][kv_head] -> ascending positions, as many for every head.
+using KeptPositions = std::vector<std::vector<std::vector<int>>>;
+
+class SnapKvScorer {
+ public:
+  // For a prompt of `length` tokens, computed into a cache in any chunks; the model must be a
+  // Llama-family one (not MLA) and the budget at least the window.
+  SnapKvScorer(const DecoderModel& model, int length, SnapKvOptions options);
+
+  // DecoderModel::forward's observer for the prompt's chunk that starts at `start_position`:
+  // adds the attention each window token pays to earlier positions.
+  void observe(const KvCache& cache, int start_position, int layer, const float* queries,
+               int num_tokens);
+
+  // What each layer's KV heads keep: options.budget positions (all, when the prompt is not
+  // longer than that).
+  KeptPositions kept_positions() const;
+
+ private:
+  AttentionShape shape_;
+  int num_layers_;
+  int length_;
+  SnapKvOptions options_;
+  int scored_;                // positions scored: those before the window
+  std::vector<double> scores_;  // [layers, kv_heads, scored_] attention received
+};
+
+// The most recent `budget` positions of every head (what SnapKV is measured against).
+KeptPositions recent_positions(int num_layers, int num_kv_heads, int length, int budget);
+
+// Compacts every layer of `cache` to `kept`: afterwards it holds kept[0][0].size() positions.
+void compact_cache(KvCache& cache, const KeptPositions& kept);
+
+}  // namespace tachyon
