@@ -265,6 +265,49 @@ void PagedKvCache::rewrite_keys(int block, int count,
   }
 }
 
+void PagedKvCache::keep_positions(int layer, std::span<const int32_t> from,
+                                  std::span<const int32_t> to,
+                                  std::span<const std::vector<int>> kept, int first) {
+  TACHYON_CHECK(static_cast<int>(kept.size()) == num_kv_heads_);
+  const int count = static_cast<int>(kept[0].size());
+  const int unmoved = std::min(first, count);
+  for (const std::vector<int>& positions : kept) {
+    TACHYON_CHECK(static_cast<int>(positions.size()) == count);
+    for (int i = 0; i < unmoved; ++i) TACHYON_CHECK(positions[i] == i);
+  }
+  if (unmoved == count) return;
+  const int kv = num_kv_heads_ * head_size_;
+  const int moved = count - unmoved;
+  std::vector<float> keys(static_cast<size_t>(moved) * kv), values(keys.size());
+  std::vector<float> by_dimension(static_cast<size_t>(head_size_) * block_size_);
+  std::vector<float> block_values(static_cast<size_t>(block_size_) * head_size_);
+  for (int head = 0; head < num_kv_heads_; ++head) {
+    // Block by block through the positions this head keeps past `unmoved`, gathering rows.
+    int loaded = -1;
+    for (int i = unmoved; i < count; ++i) {
+      const int position = kept[head][i];
+      const int block_index = position / block_size_, slot = position % block_size_;
+      if (block_index != loaded) {
+        load_block(layer, head, from[block_index], block_size_, by_dimension.data(),
+                   block_size_, block_values.data());
+        loaded = block_index;
+      }
+      float* key_row = keys.data() + static_cast<size_t>(i - unmoved) * kv + head * head_size_;
+      for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * block_size_ + slot];
+      std::memcpy(values.data() + static_cast<size_t>(i - unmoved) * kv + head * head_size_,
+                  block_values.data() + static_cast<size_t>(slot) * head_size_,
+                  head_size_ * sizeof(float));
+    }
+  }
+  std::vector<int64_t> slots(moved);
+  for (int i = 0; i < moved; ++i) {
+    const int position = unmoved + i;
+    slots[i] = static_cast<int64_t>(to[position / block_size_]) * block_size_ +
+               position % block_size_;
+  }
+  store(layer, slots, keys.data(), values.data());
+}
+
 std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
   TACHYON_CHECK(block >= 0 && block < num_blocks_);
   const size_t layer_bytes = static_cast<size_t>(planes() * num_kv_heads_ * head_bytes_);

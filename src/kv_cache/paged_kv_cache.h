@@ -75,6 +75,13 @@ class PagedKvCache {
   // unchanged (the sink policy turns moved keys back: DecoderModel::shift_keys).
   void rewrite_keys(int block, int count, FunctionRef<void(float* keys, int n)> adjust_keys);
 
+  // Compacts one layer of a sequence whose positions live in `from` (position p in slot
+  // p % block_size of from[p / block_size]) into `to`: KV head h keeps positions kept[h]
+  // (ascending, as many for every head), which become positions 0, 1, ... of `to`; positions
+  // before `first` (the same in both, e.g. shared blocks) are not written. SnapKV's eviction.
+  void keep_positions(int layer, std::span<const int32_t> from, std::span<const int32_t> to,
+                      std::span<const std::vector<int>> kept, int first);
+
   // Every byte of `block`: one contiguous span per layer (its keys and values, all heads),
   // layer 0 first. Copying them out and back in restores the block exactly (the disk tier).
   std::vector<std::span<uint8_t>> block_layers(int block);

@@ -188,7 +188,8 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
 }
 
 Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cache,
-                                   ThreadPool& pool, std::vector<float>& logits) {
+                                   ThreadPool& pool, std::vector<float>& logits,
+                                   const AttentionObserver* observer) {
   const int num_tokens = batch.num_tokens();
   if (num_tokens == 0) return invalid_argument("forward needs at least one token");
   if (static_cast<int>(batch.positions.size()) != num_tokens ||
@@ -213,6 +214,7 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
     paged_attention(shape, w.query.data(), batch, cache, layer, w.attention.data(), pool);
+    if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool);
   project_logits(batch.logits_tokens, logits, pool);
   return Status();

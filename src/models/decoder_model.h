@@ -80,8 +80,9 @@ class DecoderModel {
   // writes each new token's keys and values to its slot, attends over each sequence's blocks,
   // and returns the logits of batch.logits_tokens: f32 [logits_tokens.size(), vocab]. Token
   // ids are checked; the block tables and slots are the caller's responsibility.
+  // `observer` as in forward(), with the whole batch's queries.
   Status forward_batch(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
-                       std::vector<float>& logits);
+                       std::vector<float>& logits, const AttentionObserver* observer = nullptr);
 
  private:
   DecoderModel(ModelConfig config, DecoderWeights weights);

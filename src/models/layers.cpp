@@ -451,14 +451,15 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     state.reset(run.num_tokens);
     const int64_t offset = run.first_token * q_stride +
                            static_cast<int64_t>(kv_head * group + first_row) * head_size;
-    // Positions seen by the run's last token (each token sees itself and everything before).
-    const int run_end = batch.positions[run.first_token + run.num_tokens - 1] + 1;
+    // Cache positions seen by the run's last token (each token sees itself and everything
+    // before). Cache positions, not RoPE's batch.positions: they differ after SnapKV.
+    const int run_first = sequence.start_position + (run.first_token - sequence.first_token);
+    const int run_end = run_first + run.num_tokens;
     for (int span_start = 0; span_start < run_end; span_start += span) {
       const int span_count = std::min(span, run_end - span_start);
       int visible[kTokensPerRun];
       for (int i = 0; i < run.num_tokens; ++i) {
-        visible[i] =
-            std::clamp(batch.positions[run.first_token + i] + 1 - span_start, 0, span_count);
+        visible[i] = std::clamp(run_first + i + 1 - span_start, 0, span_count);
       }
       if (head_spans == nullptr && read_in_place && cache.type() == DType::kQ8_0) {
         // The next span's blocks come in while this one is computed (as in causal_attention).

@@ -44,6 +44,12 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
         "speculative draft tokens {} is not in 0..64 (or a negative sequence or cache limit)",
         speculative.max_draft_tokens));
   }
+  if (options.snapkv_budget != 0 && (options.snapkv_budget < 64 || config.mla.enabled())) {
+    return invalid_argument(
+        config.mla.enabled()
+            ? "SnapKV is not built for MLA models (their cache is one latent per token)"
+            : fmt::format("SnapKV budget {} is below 64 tokens", options.snapkv_budget));
+  }
   // Before any size is computed for it: a type the heads do not fit is an error, not a CHECK.
   TACHYON_RETURN_IF_ERROR(check_kv_cache_type(options.kv_cache_type, config.head_size));
   int64_t kv_bytes = options.kv_cache_bytes;

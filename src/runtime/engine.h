@@ -52,6 +52,8 @@ struct EngineMetrics {
   uint64_t generation_tokens_total = 0;
   uint64_t steps_total = 0;
   uint64_t preemptions_total = 0;
+  uint64_t snapkv_compactions_total = 0;    // prompts SnapKV compressed
+  uint64_t snapkv_evicted_tokens_total = 0;  // positions per KV head they dropped
   uint64_t requests_finished_total = 0;
   Histogram::Snapshot tokens_per_step;
   // Speculative decoding, per DraftSource: draft tokens verified, accepted, and drafts (the

@@ -361,8 +361,13 @@ void EngineCore::step() {
     active.queue_seconds = std::chrono::duration<double>(now - active.submitted).count();
   }
   move_cache(output);
+  std::vector<SnapKvJob> snapkv = snapkv_jobs(output);
+  auto observe = [&](int layer, const float* queries, int) {
+    observe_for_snapkv(snapkv, layer, queries);
+  };
+  const DecoderModel::AttentionObserver observer = observe;
   const auto run_start = std::chrono::steady_clock::now();
-  Status status = runner_.execute(output);
+  Status status = runner_.execute(output, snapkv.empty() ? nullptr : &observer);
   step_cost_.observe(output.num_tokens, std::chrono::duration<double>(
                                             std::chrono::steady_clock::now() - run_start)
                                             .count());
@@ -386,6 +391,7 @@ void EngineCore::step() {
   named_blocks_.clear();
   scheduler_.on_step_done(output, disk_store_ ? &named_blocks_ : nullptr);
   if (disk_store_) disk_store_->save(named_blocks_);
+  for (SnapKvJob& job : snapkv) compact_for_snapkv(job);
   int num_generated = 0;
   std::vector<RequestId> model_drafting;
   for (Sampled& result : sampled) {
@@ -417,6 +423,80 @@ void EngineCore::move_cache(const SchedulerOutput& output) {
   }
 }
 
+std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput& output) const {
+  std::vector<SnapKvJob> jobs;
+  if (options_.snapkv_budget <= 0) return jobs;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const ScheduledRequest& item = output.scheduled[i];
+    Request* request = item.request;
+    const int length = request->num_computed_tokens + item.num_new_tokens - item.num_draft_tokens;
+    if (item.samples_next_token && !request->compacted && request->sink_tokens == 0 &&
+        request->slot_offset == 0 && length > options_.snapkv_budget) {
+      jobs.push_back({i, request, SnapKvScorer(model_, length, {.budget = options_.snapkv_budget})});
+    }
+  }
+  return jobs;
+}
+
+void EngineCore::observe_for_snapkv(std::vector<SnapKvJob>& jobs, int layer,
+                                    const float* queries) {
+  const AttentionShape shape = model_.attention_shape();
+  const int block_size = cache_->block_size();
+  std::vector<float> by_dimension, values;
+  for (SnapKvJob& job : jobs) {
+    const BatchSequence& sequence = runner_.batch().sequences[job.item];
+    const std::vector<BlockId>& blocks = job.request->blocks;
+    // A head's keys of positions [0, count) from the request's blocks, transposed.
+    auto read_keys = [&](int kv_head, int count, float* keys_by_dimension) {
+      by_dimension.resize(static_cast<size_t>(shape.head_size) * block_size);
+      values.resize(static_cast<size_t>(block_size) * shape.head_size);
+      for (int first = 0; first < count; first += block_size) {
+        const int n = std::min(block_size, count - first);
+        cache_->load_block(layer, kv_head, blocks[first / block_size], n, by_dimension.data(),
+                           block_size, values.data());
+        for (int d = 0; d < shape.head_size; ++d) {
+          std::copy_n(by_dimension.data() + static_cast<size_t>(d) * block_size, n,
+                      keys_by_dimension + static_cast<size_t>(d) * count + first);
+        }
+      }
+    };
+    job.scorer.observe(layer, sequence.start_position,
+                       queries + static_cast<int64_t>(sequence.first_token) * shape.num_heads *
+                                     shape.head_size,
+                       sequence.num_tokens, read_keys);
+  }
+}
+
+void EngineCore::compact_for_snapkv(SnapKvJob& job) {
+  Request* request = scheduler_.find(job.request->id);
+  if (request == nullptr || request->state != RequestState::kRunning) return;  // finished
+  // Blocks shared through the prefix cache stay whole: those it took from it, and any that
+  // another request holds too.
+  int shared = request->num_reused_tokens / options_.block_size;
+  while (shared < static_cast<int>(request->blocks.size()) &&
+         block_pool_.reference_count(request->blocks[shared]) > 1) {
+    ++shared;
+  }
+  const int length = request->num_computed_slots();
+  const int first = shared * options_.block_size;
+  const KeptPositions kept = job.scorer.kept_positions(first);
+  const int count = static_cast<int>(kept[0][0].size());
+  request->compacted = true;
+  if (count >= length) return;
+  // Into fresh blocks: the prompt's own blocks go back to the prefix cache unchanged.
+  std::optional<std::vector<BlockId>> fresh =
+      scheduler_.blocks_for_compaction(shared, count);
+  if (!fresh) return;  // no room to compact now: it runs on with every position
+  std::vector<BlockId> to(request->blocks.begin(), request->blocks.begin() + shared);
+  to.insert(to.end(), fresh->begin(), fresh->end());
+  for (int layer = 0; layer < static_cast<int>(kept.size()); ++layer) {
+    cache_->keep_positions(layer, request->blocks, to, kept[layer], first);
+  }
+  scheduler_.compact(request, shared, std::move(*fresh), count);
+  ++snapkv_compactions_;
+  snapkv_evicted_ += length - count;
+}
+
 void EngineCore::publish_metrics(int step_tokens) {
   if (step_tokens > 0) tokens_per_step_.observe(step_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
@@ -430,6 +510,8 @@ void EngineCore::publish_metrics(int step_tokens) {
   if (disk_store_) metrics_.kv_disk = disk_store_->tier().counters();
   metrics_.prompt_tokens_total = scheduler_.counters().prefix_queried_tokens;
   metrics_.preemptions_total = scheduler_.counters().preemptions;
+  metrics_.snapkv_compactions_total = snapkv_compactions_;
+  metrics_.snapkv_evicted_tokens_total = snapkv_evicted_;
   if (step_tokens > 0) ++metrics_.steps_total;
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
 }

@@ -35,6 +35,7 @@
 #include "runtime/engine_request.h"
 #include "runtime/model_runner.h"
 #include "runtime/request_stream.h"
+#include "runtime/snap_kv.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "scheduler/scheduler.h"
@@ -129,6 +130,18 @@ class EngineCore {
   void fail_expired();
   // The step's cache moves (sink policy): block copies, then key shifts.
   void move_cache(const SchedulerOutput& output);
+  // SnapKV: a request whose prompt (longer than the budget) the step finishes, scored by the
+  // attention its last tokens pay while the step runs.
+  struct SnapKvJob {
+    size_t item;  // in SchedulerOutput::scheduled and the runner's batch
+    Request* request;
+    SnapKvScorer scorer;
+  };
+  std::vector<SnapKvJob> snapkv_jobs(const SchedulerOutput& output) const;
+  // Adds this layer's attention of the jobs' window tokens.
+  void observe_for_snapkv(std::vector<SnapKvJob>& jobs, int layer, const float* queries);
+  // Compacts the job's request to the budget (its shared prefix kept whole).
+  void compact_for_snapkv(SnapKvJob& job);
   void publish_metrics(int step_tokens);
 
   DecoderModel& model_;
@@ -149,6 +162,8 @@ class EngineCore {
   std::unique_ptr<DiskPrefixStore> disk_store_;     // --kv-disk
   std::vector<NamedBlock> named_blocks_;            // a step's newly full blocks (reused)
   uint64_t next_arrival_ = 0;
+  uint64_t snapkv_compactions_ = 0;
+  uint64_t snapkv_evicted_ = 0;  // positions (per KV head) dropped
 
   // Inbox, shared with other threads.
   mutable std::mutex inbox_mutex_;

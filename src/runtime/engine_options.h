@@ -28,6 +28,10 @@ struct EngineOptions {
   // Longest sequence (prompt + generated); 0 ⇒ the model's context length.
   int max_context = 0;
   bool enable_prefix_cache = true;
+  // SnapKV (runtime/snap_kv.h): once a prompt longer than this many tokens is computed, each
+  // KV head keeps only this many of its positions: those the prompt's last 32 tokens attend
+  // to most, and those 32. Blocks shared through the prefix cache are kept whole. 0: off.
+  int snapkv_budget = 0;
   // The prefix cache's disk tier (kv_cache/kv_disk_tier.h), on when kv_disk_directory is set:
   // full blocks are also written there and read back on a prefix hit, across restarts, with
   // at most kv_disk_bytes in the directory.

@@ -2,7 +2,8 @@
 
 namespace tachyon {
 
-Status ModelRunner::execute(const SchedulerOutput& output) {
+Status ModelRunner::execute(const SchedulerOutput& output,
+                            const DecoderModel::AttentionObserver* observer) {
   ForwardBatch& batch = batch_;
   const int block_size = cache_.block_size();
   batch.block_size = block_size;
@@ -17,7 +18,9 @@ Status ModelRunner::execute(const SchedulerOutput& output) {
     BatchSequence& sequence = batch.sequences[i];
     sequence.first_token = batch.num_tokens();
     sequence.num_tokens = item.num_new_tokens;
-    sequence.start_position = request.num_computed_tokens;
+    // Cache positions are token positions less what SnapKV dropped (the keys kept carry their
+    // own rotations: new tokens keep their true RoPE positions).
+    sequence.start_position = request.num_computed_slots();
     sequence.block_table = request.blocks;
     for (int t = 0; t < item.num_new_tokens; ++t) {
       const int position = request.num_computed_tokens + t;
@@ -26,8 +29,9 @@ Status ModelRunner::execute(const SchedulerOutput& output) {
                                  ? request.tokens[position]
                                  : request.draft_tokens[position - request.num_tokens()]);
       batch.positions.push_back(position);
-      batch.slots.push_back(static_cast<int64_t>(request.blocks[position / block_size]) *
-                                block_size + position % block_size);
+      const int slot = position - request.slot_offset;
+      batch.slots.push_back(static_cast<int64_t>(request.blocks[slot / block_size]) *
+                                block_size + slot % block_size);
     }
     if (item.samples_next_token) {
       // The last known token's logits, then each draft's (what follows it, if it is right).
@@ -36,7 +40,7 @@ Status ModelRunner::execute(const SchedulerOutput& output) {
       }
     }
   }
-  return model_.forward_batch(batch, cache_, pool_, logits_);
+  return model_.forward_batch(batch, cache_, pool_, logits_, observer);
 }
 
 }  // namespace tachyon

@@ -21,7 +21,11 @@ class ModelRunner {
 
   // Runs the step. On success, logits rows come in `output.scheduled` order: for each request
   // with samples_next_token set, one row for its last known token, then one per draft token.
-  Status execute(const SchedulerOutput& output);
+  // `observer` sees each layer's queries (DecoderModel::forward_batch), in batch() order.
+  Status execute(const SchedulerOutput& output,
+                 const DecoderModel::AttentionObserver* observer = nullptr);
+  // The batch the last execute() ran.
+  const ForwardBatch& batch() const { return batch_; }
   std::span<float> logits_for(int k) {
     const size_t vocab = model_.config().vocab_size;
     return std::span<float>(logits_.data() + k * vocab, vocab);

@@ -21,69 +21,83 @@ SnapKvScorer::SnapKvScorer(const DecoderModel& model, int length, SnapKvOptions 
 
 void SnapKvScorer::observe(const KvCache& cache, int start_position, int layer,
                            const float* queries, int num_tokens) {
+  std::vector<float> values;
+  observe(layer, start_position, queries, num_tokens,
+          [&](int kv_head, int count, float* keys_by_dimension) {
+            values.resize(static_cast<size_t>(count) * shape_.head_size);
+            cache.load_span(layer, kv_head, shape_.head_size, 0, count, keys_by_dimension, count,
+                            values.data());
+          });
+}
+
+void SnapKvScorer::observe(int layer, int start_position, const float* queries, int num_tokens,
+                           KeyReader read_keys) {
   const int first = std::max(0, length_ - options_.window - start_position);
-  if (first >= num_tokens || scored_ == 0) return;  // no window token in this chunk
+  if (first >= num_tokens || scored_ == 0) return;  // no window token here
   const int head_size = shape_.head_size;
   const int group = shape_.num_heads / shape_.num_kv_heads;
   const int64_t q_size = static_cast<int64_t>(shape_.num_heads) * head_size;
   const int visible = start_position + num_tokens;  // keys [0, visible) are in the cache
-  std::vector<float> keys(static_cast<size_t>(visible) * head_size), values(keys.size());
-  std::vector<double> probabilities(visible);
+  std::vector<float> keys(static_cast<size_t>(head_size) * visible);
+  std::vector<float> logits(visible);
   for (int kv_head = 0; kv_head < shape_.num_kv_heads; ++kv_head) {
-    cache.load_head(layer, kv_head, head_size, visible, keys.data(), values.data());
+    read_keys(kv_head, visible, keys.data());
     double* scores =
         scores_.data() + (static_cast<size_t>(layer) * shape_.num_kv_heads + kv_head) * scored_;
     for (int t = first; t < num_tokens; ++t) {
-      const int position = start_position + t;  // sees keys [0, position]
+      const int seen = start_position + t + 1;  // it sees keys [0, seen)
       for (int g = 0; g < group; ++g) {
         const float* query = queries + t * q_size + (kv_head * group + g) * head_size;
-        double max_logit = -INFINITY;
-        for (int j = 0; j <= position; ++j) {
-          const float* key = keys.data() + static_cast<size_t>(j) * head_size;
-          double dot = 0;
-          for (int d = 0; d < head_size; ++d) dot += static_cast<double>(query[d]) * key[d];
-          probabilities[j] = dot * shape_.scale;
-          max_logit = std::max(max_logit, probabilities[j]);
+        // Dimension by dimension over contiguous keys: one vector loop per dimension.
+        std::fill(logits.begin(), logits.begin() + seen, 0.0f);
+        for (int d = 0; d < head_size; ++d) {
+          const float q = query[d] * shape_.scale;
+          const float* row = keys.data() + static_cast<size_t>(d) * visible;
+          for (int j = 0; j < seen; ++j) logits[j] += q * row[j];
         }
+        const float max_logit = *std::max_element(logits.begin(), logits.begin() + seen);
         double sum = 0;
-        for (int j = 0; j <= position; ++j) {
-          probabilities[j] = std::exp(probabilities[j] - max_logit);
-          sum += probabilities[j];
+        for (int j = 0; j < seen; ++j) sum += std::exp(static_cast<double>(logits[j] - max_logit));
+        for (int j = 0; j < std::min(seen, scored_); ++j) {
+          scores[j] += std::exp(static_cast<double>(logits[j] - max_logit)) / sum;
         }
-        for (int j = 0; j < std::min(position + 1, scored_); ++j) scores[j] += probabilities[j] / sum;
       }
     }
   }
 }
 
-KeptPositions SnapKvScorer::kept_positions() const {
+KeptPositions SnapKvScorer::kept_positions(int first_scored) const {
   const int budget = std::min(options_.budget, length_);
-  const int from_scored = std::max(0, budget - (length_ - scored_));
+  first_scored = std::clamp(first_scored, 0, scored_);
+  // From the scored span: what the budget leaves after the shared prefix and the window.
+  const int from_scored = std::clamp(budget - first_scored - (length_ - scored_), 0,
+                                     scored_ - first_scored);
   const int half = options_.pool_kernel / 2;
   KeptPositions kept(num_layers_, std::vector<std::vector<int>>(shape_.num_kv_heads));
   std::vector<double> pooled(scored_);
-  std::vector<int> order(scored_);
+  std::vector<int> order;
   for (int layer = 0; layer < num_layers_; ++layer) {
     for (int kv_head = 0; kv_head < shape_.num_kv_heads; ++kv_head) {
       const double* scores =
           scores_.data() + (static_cast<size_t>(layer) * shape_.num_kv_heads + kv_head) * scored_;
       // Averaged over a few neighbours: a kept token keeps some of its context.
-      for (int j = 0; j < scored_; ++j) {
-        const int lo = std::max(0, j - half), hi = std::min(scored_ - 1, j + half);
+      for (int j = first_scored; j < scored_; ++j) {
+        const int lo = std::max(first_scored, j - half), hi = std::min(scored_ - 1, j + half);
         double sum = 0;
         for (int i = lo; i <= hi; ++i) sum += scores[i];
         pooled[j] = sum / (hi - lo + 1);
       }
-      std::iota(order.begin(), order.end(), 0);
+      order.resize(scored_ - first_scored);
+      std::iota(order.begin(), order.end(), first_scored);
       std::partial_sort(order.begin(), order.begin() + from_scored, order.end(),
                         [&](int a, int b) {
                           return pooled[a] != pooled[b] ? pooled[a] > pooled[b] : a < b;
                         });
       std::vector<int>& positions = kept[layer][kv_head];
-      positions.assign(order.begin(), order.begin() + from_scored);
-      for (int p = scored_; p < length_ && static_cast<int>(positions.size()) < budget; ++p) {
-        positions.push_back(p);  // the window (or, for a short prompt, everything)
-      }
+      positions.resize(first_scored);
+      std::iota(positions.begin(), positions.end(), 0);
+      positions.insert(positions.end(), order.begin(), order.begin() + from_scored);
+      for (int p = scored_; p < length_; ++p) positions.push_back(p);  // the window
       std::sort(positions.begin(), positions.end());
     }
   }

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "core/function_ref.h"
 #include "kv_cache/kv_cache.h"
 #include "models/decoder_model.h"
 
@@ -29,14 +30,22 @@ class SnapKvScorer {
   // Llama-family one (not MLA) and the budget at least the window.
   SnapKvScorer(const DecoderModel& model, int length, SnapKvOptions options);
 
-  // DecoderModel::forward's observer for the prompt's chunk that starts at `start_position`:
-  // adds the attention each window token pays to earlier positions.
+  // Reads a layer's KV head's keys of positions [0, count), transposed: f32 [head_size, count]
+  // (row d = dimension d of every position).
+  using KeyReader = FunctionRef<void(int kv_head, int count, float* keys_by_dimension)>;
+
+  // DecoderModel's observer for the prompt's tokens [start_position, + num_tokens) (queries:
+  // f32 [num_tokens, q_size]): adds the attention each window token pays to earlier positions.
+  void observe(int layer, int start_position, const float* queries, int num_tokens,
+               KeyReader read_keys);
+  // The same, keys read from a contiguous cache.
   void observe(const KvCache& cache, int start_position, int layer, const float* queries,
                int num_tokens);
 
   // What each layer's KV heads keep: options.budget positions (all, when the prompt is not
-  // longer than that).
-  KeptPositions kept_positions() const;
+  // longer than that). Positions before `first_scored` (a prefix shared with other requests)
+  // are all kept and count against the budget.
+  KeptPositions kept_positions(int first_scored = 0) const;
 
  private:
   AttentionShape shape_;

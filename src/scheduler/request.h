@@ -48,9 +48,15 @@ struct Request {
   int sink_tokens = 0;
   int max_positions = 0;
   int num_dropped_tokens = 0;  // prompt tokens cut and tokens dropped so far
-  // Its blocks past the sink hold moved keys (turned back, not what a cold run computes):
-  // they are not named for the prefix cache until the request is recomputed.
-  bool blocks_moved = false;
+  // Blocks from this one on hold moved keys (the sink policy's turned-back keys, or SnapKV's
+  // compacted heads: not what a cold run computes): they are not named for the prefix cache
+  // until the request is recomputed. -1: none.
+  int first_moved_block = -1;
+  // SnapKV: the cache holds num_computed_tokens - slot_offset positions; token i >= the
+  // compacted prompt sits in slot i - slot_offset (its RoPE position stays i).
+  int slot_offset = 0;
+  bool compacted = false;  // SnapKV ran on this admission's prompt
+  int num_reused_tokens = 0;  // taken from the prefix cache at this admission
 
   std::vector<BlockId> blocks;           // block i holds positions [i·block_size, (i+1)·block_size)
   BlockHash hash_root;                   // from the cache salt
@@ -61,6 +67,8 @@ struct Request {
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  // Cache slots the computed tokens take (fewer than the tokens after SnapKV).
+  int num_computed_slots() const { return num_computed_tokens - slot_offset; }
 };
 
 }  // namespace tachyon

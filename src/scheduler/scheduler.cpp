@@ -131,7 +131,10 @@ void Scheduler::release_blocks(Request* request) {
   pool_.release(request->blocks);
   request->blocks.clear();
   request->num_computed_tokens = 0;
-  request->blocks_moved = false;
+  request->first_moved_block = -1;
+  request->slot_offset = 0;
+  request->compacted = false;
+  request->num_reused_tokens = 0;
 }
 
 void Scheduler::preempt(Request* request) {
@@ -177,15 +180,35 @@ void Scheduler::take_cached_prefix(Request* request) {
     request->blocks.push_back(*block);
   }
   request->num_computed_tokens = static_cast<int>(request->blocks.size()) * config_.block_size;
+  request->num_reused_tokens = request->num_computed_tokens;
 }
 
 bool Scheduler::grow_blocks(Request* request, int num_tokens) {
-  const int missing = blocks_for(num_tokens) - static_cast<int>(request->blocks.size());
+  const int missing =
+      blocks_for(num_tokens - request->slot_offset) - static_cast<int>(request->blocks.size());
   if (missing <= 0) return true;
   std::optional<std::vector<BlockId>> blocks = pool_.allocate(missing);
   if (!blocks) return false;
   request->blocks.insert(request->blocks.end(), blocks->begin(), blocks->end());
   return true;
+}
+
+std::optional<std::vector<BlockId>> Scheduler::blocks_for_compaction(int num_shared_blocks,
+                                                                     int num_slots) {
+  return pool_.allocate(blocks_for(num_slots) - num_shared_blocks);
+}
+
+void Scheduler::compact(Request* request, int num_shared_blocks, std::vector<BlockId> fresh,
+                        int num_slots) {
+  TACHYON_CHECK(num_slots <= request->num_computed_slots() && request->sink_tokens == 0);
+  request->slot_offset += request->num_computed_slots() - num_slots;
+  request->compacted = true;
+  pool_.release(std::span<const BlockId>(request->blocks).subspan(num_shared_blocks));
+  request->blocks.resize(num_shared_blocks);
+  request->blocks.insert(request->blocks.end(), fresh.begin(), fresh.end());
+  request->first_moved_block = num_shared_blocks;
+  request->block_hashes.resize(
+      std::min<size_t>(request->block_hashes.size(), static_cast<size_t>(num_shared_blocks)));
 }
 
 int Scheduler::sink_drop_chunk(const Request& request) const {
@@ -209,7 +232,7 @@ bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& ou
                         request->tokens.begin() + request->sink_tokens + drop);
   request->num_computed_tokens -= drop;
   request->num_dropped_tokens += drop;
-  request->blocks_moved = true;
+  request->first_moved_block = sink_blocks;
   // The moved blocks hold other positions now: they are never named again (they are not what
   // a cold run computes); the sink's are kept.
   request->block_hashes.resize(std::min<size_t>(request->block_hashes.size(), sink_blocks));
@@ -330,7 +353,7 @@ SchedulerOutput Scheduler::schedule(double now) {
     int drafts = speculate ? std::min<int>(request->draft_tokens.size(), budget - 1 - later_decodes)
                            : 0;
     if (drafts > 0) {
-      const int needed = blocks_for(request->num_computed_tokens + 1 + drafts) -
+      const int needed = blocks_for(request->num_computed_slots() + 1 + drafts) -
                          static_cast<int>(request->blocks.size());
       if (pool_.num_available() - std::max(needed, 0) < later_decodes ||
           !grow_blocks(request, request->num_computed_tokens + 1 + drafts)) {
@@ -439,7 +462,7 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
     if (item.num_rejected_tokens > 0) {
       // The rejected drafts' slots hold nothing anyone reads; blocks that only they reached go
       // back, so the request holds exactly what it would had it never drafted.
-      const int needed = blocks_for(request->num_computed_tokens);
+      const int needed = blocks_for(request->num_computed_slots());
       if (static_cast<int>(request->blocks.size()) > needed) {
         pool_.release(std::span<const BlockId>(request->blocks).subspan(needed));
         request->blocks.resize(needed);
@@ -447,11 +470,11 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
     }
     // Name the blocks that became full this step (earlier ones already are); after a sink
     // drop, none past the sink.
-    int num_full = request->num_computed_tokens / config_.block_size;
-    if (request->blocks_moved) {
-      num_full = std::min(num_full, request->sink_tokens / config_.block_size);
+    int num_full = request->num_computed_slots() / config_.block_size;
+    if (request->first_moved_block >= 0) {
+      num_full = std::min(num_full, request->first_moved_block);
     }
-    const int first_new = (request->num_computed_tokens - num_kept) / config_.block_size;
+    const int first_new = (request->num_computed_slots() - num_kept) / config_.block_size;
     extend_block_hashes(request, num_full);
     for (int i = first_new; i < num_full; ++i) {
       pool_.set_hash(request->blocks[i], request->block_hashes[i]);

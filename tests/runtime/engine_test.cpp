@@ -14,6 +14,7 @@
 #include "kv_cache/paged_kv_cache.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
+#include "runtime/snap_kv.h"
 #include "engine_test_util.h"
 
 namespace tachyon {
@@ -388,6 +389,102 @@ TEST_P(EngineCacheTypeTest, SinkRunsPastTheContextTheSameAloneAndBatched) {
   EXPECT_EQ(cut.prompt_tokens, static_cast<int>(long_prompt.size()));
   EXPECT_GE(cut.dropped_tokens, static_cast<int>(long_prompt.size()) - 96);
   expect_pool_back_to_full(*engine);
+}
+
+// SnapKV in the engine: a prompt longer than the budget is compacted once computed, into
+// fresh blocks; its tokens are those of the same compaction on a contiguous cache; its own
+// blocks go back to the prefix cache unchanged, and prompts that share them are not compacted
+// (their tokens are an engine's without SnapKV).
+TEST_P(EngineCacheTypeTest, SnapKvCompactsLongPromptsAsTheContiguousCacheDoes) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  DecoderModel& model = *loaded.model;
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_type = GetParam();
+  options.kv_cache_bytes = 128 << 20;
+  options.max_batch_tokens = 256;
+  options.snapkv_budget = 128;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  std::vector<TokenId> prompt;
+  const std::vector<std::vector<TokenId>> parts = make_prompts(*loaded.tokenizer, 16);
+  for (int i = 0; prompt.size() < 300; ++i) {
+    prompt.insert(prompt.end(), parts[i % 16].begin(), parts[i % 16].end());
+  }
+  prompt.resize(300);
+  const EngineOutput alone = run_alone(*engine, greedy_request(prompt, 24));
+  EngineMetrics metrics = settled_metrics(*engine);
+  EXPECT_EQ(metrics.snapkv_compactions_total, 1u);
+  EXPECT_EQ(metrics.snapkv_evicted_tokens_total, 300u - 128u);
+
+  // The contiguous reference: the prompt in the engine's chunks, the last one observed.
+  KvCache cache = model.make_cache(512, GetParam());
+  SnapKvScorer scorer(model, 300, {.budget = 128});
+  std::vector<float> logits;
+  for (int start = 0; start < 300; start += 256) {
+    const int count = std::min(256, 300 - start);
+    auto observe = [&](int layer, const float* queries, int num_tokens) {
+      scorer.observe(cache, start, layer, queries, num_tokens);
+    };
+    const DecoderModel::AttentionObserver observer = observe;
+    ASSERT_TRUE(model.forward(std::span(prompt).subspan(start, count), start, cache, pool, 1,
+                              logits, 0, &observer)
+                    .ok());
+  }
+  const int vocab = model.config().vocab_size;
+  std::vector<TokenId> expected;
+  auto greedy = [&] {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
+                                logits.begin());
+  };
+  expected.push_back(greedy());
+  compact_cache(cache, scorer.kept_positions());
+  for (int t = 1; t < 24; ++t) {
+    const std::vector<TokenId> one = {expected.back()};
+    ASSERT_TRUE(model.forward(one, 128 + t - 1, cache, pool, 1, logits, 300 - 128).ok());
+    expected.push_back(greedy());
+  }
+  EXPECT_EQ(alone.tokens, expected);
+
+  // Its blocks went back to the prefix cache unchanged: the same prompt again, and a shorter
+  // one sharing its start, find them there and, their prefix shared, are not compacted;
+  // beside them another long prompt is.
+  std::vector<TokenId> other;
+  for (int i = 5; other.size() < 300; ++i) {
+    other.insert(other.end(), parts[i % 16].begin(), parts[i % 16].end());
+  }
+  other.resize(300);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  const std::vector<TokenId> sibling(prompt.begin(), prompt.begin() + 200);
+  for (const std::vector<TokenId>& tokens : {prompt, sibling, other}) {
+    Result<std::shared_ptr<RequestStream>> stream = engine->submit(greedy_request(tokens, 24));
+    ASSERT_TRUE(stream.ok());
+    streams.push_back(*stream);
+  }
+  const EngineOutput again = streams[0]->wait_for_all();
+  const EngineOutput sibling_out = streams[1]->wait_for_all();
+  const EngineOutput other_out = streams[2]->wait_for_all();
+  EXPECT_EQ(again.cached_prompt_tokens, 288);
+  EXPECT_EQ(sibling_out.cached_prompt_tokens, 192);
+  EXPECT_EQ(again.tokens.front(), alone.tokens.front());
+  EXPECT_EQ(other_out.completion_tokens, 24);
+  metrics = settled_metrics(*engine);
+  EXPECT_EQ(metrics.snapkv_compactions_total, 2u);
+  // Uncompacted, the repeated prompt gives what an engine without SnapKV gives.
+  {
+    EngineOptions plain_options = options;
+    plain_options.snapkv_budget = 0;
+    std::unique_ptr<Engine> plain = make_engine(loaded, pool, plain_options);
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(run_alone(*plain, greedy_request(prompt, 24)).tokens, again.tokens);
+  }
+  expect_pool_back_to_full(*engine);
+
+  // Refused where it cannot work.
+  EngineOptions bad = options;
+  bad.snapkv_budget = 16;
+  EXPECT_FALSE(Engine::create(model, *loaded.tokenizer, pool, bad).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheTypes, EngineCacheTypeTest,
