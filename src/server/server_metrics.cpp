@@ -100,6 +100,12 @@ void append_kv_tiers(std::string& out, const std::string& labels, const EngineMe
   append_single(out, "tachyon:kv_cache_ram_bytes", "gauge",
                 "Bytes of KV cache blocks held by requests or holding reusable prefixes.", labels,
                 (engine.kv_blocks_used + engine.kv_blocks_cached) * engine.kv_block_bytes);
+  append_single(out, "tachyon:snapkv_compactions_total", "counter",
+                "Prompts SnapKV compressed (--kv-evict snapkv).", labels,
+                engine.snapkv_compactions_total);
+  append_single(out, "tachyon:snapkv_evicted_tokens_total", "counter",
+                "Positions per KV head SnapKV dropped.", labels,
+                engine.snapkv_evicted_tokens_total);
   append_single(out, "tachyon:prefix_cache_ram_hit_rate", "gauge",
                 "Prompt tokens found in RAM / prompt tokens looked up.", labels,
                 queried > 0 ? static_cast<double>(ram_hits) / queried : 0.0);
