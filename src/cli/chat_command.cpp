@@ -49,6 +49,7 @@ class ChatSession {
         generator_(*session.model, *session.tokenizer, *session.pool, session.context_size,
                    options.model.batch_size, session.cache_type) {
     generator_.set_sink(options.context_overflow == "sink");
+    generator_.set_snapkv(options.model.snapkv_budget());
   }
 
   // Speculation as the flags ask (the draft model, if any, loaded by the caller).
@@ -187,6 +188,7 @@ void add_chat_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("chat", "Talk with the model");
   add_model_options(*command, options->model);
   add_numerics_option(*command, options->model);
+  add_kv_evict_options(*command, options->model);
   add_sampling_options(*command, options->sampling);
   add_speculation_flags(*command, options->speculation);
   command->add_option("--system", options->system, "System message");

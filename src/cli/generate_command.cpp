@@ -59,6 +59,7 @@ Status run_generate(GenerateOptions& options) {
   }
   TACHYON_RETURN_IF_ERROR(generator.set_speculation(options.speculation.options, draft_runner.get()));
   generator.set_sink(options.context_overflow == "sink");
+  generator.set_snapkv(options.model.snapkv_budget());
   InterruptGuard interrupt;
   TACHYON_ASSIGN_OR_RETURN(
       GenerationOutput output,
@@ -107,6 +108,7 @@ void add_generate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("generate", "Complete a prompt");
   add_model_options(*command, options->model);
   add_numerics_option(*command, options->model);
+  add_kv_evict_options(*command, options->model);
   add_sampling_options(*command, options->sampling);
   add_speculation_flags(*command, options->speculation);
   command->add_option("-p,--prompt", options->prompt, "The text to continue")->required();

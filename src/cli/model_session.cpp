@@ -37,6 +37,19 @@ void add_cache_type_option(CLI::App& command, std::string& cache_type) {
       ->check(CLI::IsMember({"f16", "f32", "q8"}));
 }
 
+void add_kv_evict_options(CLI::App& command, ModelOptions& options) {
+  command
+      .add_option("--kv-evict", options.kv_evict,
+                  "none (default) or snapkv: compress a prompt longer than --kv-evict-budget to "
+                  "that many positions per KV head, kept by the attention its last 32 tokens "
+                  "pay (SnapKV)")
+      ->check(CLI::IsMember({"none", "snapkv"}));
+  command
+      .add_option("--kv-evict-budget", options.kv_evict_budget,
+                  "Positions per KV head a prompt keeps with --kv-evict snapkv (default 1024)")
+      ->check(CLI::Range(64, 1 << 24));
+}
+
 void add_numerics_option(CLI::App& command, ModelOptions& options) {
   command
       .add_option("--numerics", options.numerics,

@@ -27,8 +27,6 @@ struct ServeCommandOptions {
   std::string model_alias;
   std::string kv_cache_memory;  // fraction or size; empty: the engine's default
   std::string kv_disk_size = "8GiB";  // --kv-disk-size
-  bool kv_evict_snapkv = false;       // --kv-evict snapkv
-  int kv_evict_budget = 1024;
   std::string context_overflow = "error";  // default policy: error or truncate
   EngineOptions engine;
   SpeculationFlags speculation;
@@ -124,7 +122,7 @@ Status run_serve(ServeCommandOptions& options) {
     }
     options.engine.kv_disk_bytes = amount->bytes;
   }
-  if (options.kv_evict_snapkv) options.engine.snapkv_budget = options.kv_evict_budget;
+  options.engine.snapkv_budget = options.model.snapkv_budget();
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   options.engine.speculative = options.speculation.options;
   const std::string path =
@@ -196,19 +194,7 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--kv-cache-mem", options->kv_cache_memory,
                       "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
                       "(2GiB, 512MiB, bytes)");
-  command
-      ->add_option_function<std::string>(
-          "--kv-evict",
-          [options](const std::string& mode) {
-            options->kv_evict_snapkv = mode == "snapkv";
-          },
-          "none (default) or snapkv: compress a prompt longer than --kv-evict-budget to that "
-          "many positions per KV head, kept by the attention its last 32 tokens pay (SnapKV)")
-      ->check(CLI::IsMember({"none", "snapkv"}));
-  command
-      ->add_option("--kv-evict-budget", options->kv_evict_budget,
-                   "Positions per KV head a prompt keeps with --kv-evict snapkv (default 1024)")
-      ->check(CLI::Range(64, 1 << 24));
+  add_kv_evict_options(*command, options->model);
   command->add_option("--kv-disk", options->engine.kv_disk_directory,
                       "Also keep prefix-cache blocks in this directory: read back on a prefix "
                       "hit after RAM evicted them, and across restarts (one server per "

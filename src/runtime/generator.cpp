@@ -57,13 +57,19 @@ Status Generator::set_speculation(const SpeculativeOptions& options, DraftModelR
   return Status();
 }
 
-Status Generator::extend(std::span<const TokenId> tokens, int num_logits) {
+Status Generator::extend(std::span<const TokenId> tokens, int num_logits, SnapKvScorer* scorer) {
   size_t start = cached_tokens_.size();
   while (start < tokens.size()) {
     const size_t count = std::min<size_t>(batch_size_, tokens.size() - start);
     const bool last = start + count == tokens.size();
-    Status status = model_.forward(tokens.subspan(start, count), static_cast<int>(start), cache_,
-                                   pool_, last ? std::min<int>(num_logits, count) : 1, logits_);
+    const int cache_position = static_cast<int>(start) - position_offset_;
+    auto observe = [&](int layer, const float* queries, int num_tokens) {
+      scorer->observe(cache_, cache_position, layer, queries, num_tokens);
+    };
+    const DecoderModel::AttentionObserver observer = observe;
+    Status status = model_.forward(tokens.subspan(start, count), cache_position, cache_, pool_,
+                                   last ? std::min<int>(num_logits, count) : 1, logits_,
+                                   position_offset_, scorer != nullptr ? &observer : nullptr);
     if (!status.ok()) {
       cached_tokens_.resize(start);
       return status;
@@ -80,6 +86,11 @@ Result<std::span<const float>> Generator::prefill(std::span<const TokenId> promp
   if (static_cast<int>(prompt.size()) >= context_size()) {
     return out_of_range(fmt::format("prompt has {} tokens, context is {}", prompt.size(),
                                     context_size()));
+  }
+  // A cache SnapKV compacted no longer holds the tokens before it position by position.
+  if (position_offset_ != 0) {
+    cached_tokens_.clear();
+    position_offset_ = 0;
   }
   // Reuse the longest common prefix, but always recompute the last prompt token: its logits
   // are what the first sampled token comes from.
@@ -121,7 +132,22 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       view.erase(view.begin() + kSinkTokens, view.begin() + kSinkTokens + output.dropped_tokens);
     }
   }
-  TACHYON_RETURN_IF_ERROR(prefill(sink_ ? std::span<const TokenId>(view) : prompt).status());
+  const int length = static_cast<int>(prompt.size());
+  if (!sink_ && snapkv_budget_ > 0 && length > snapkv_budget_ && length < context_size() &&
+      !model_.config().mla.enabled()) {
+    // SnapKV: the whole prompt computed (nothing reused: every window token is observed), then
+    // each KV head compacted to the budget; later tokens run at an offset.
+    cached_tokens_.clear();
+    position_offset_ = 0;
+    last_reused_tokens_ = 0;
+    SnapKvScorer scorer(model_, length, {.budget = snapkv_budget_});
+    TACHYON_RETURN_IF_ERROR(extend(prompt, 1, &scorer));
+    compact_cache(cache_, scorer.kept_positions());
+    position_offset_ = length - snapkv_budget_;
+    output.dropped_tokens = position_offset_;
+  } else {
+    TACHYON_RETURN_IF_ERROR(prefill(sink_ ? std::span<const TokenId>(view) : prompt).status());
+  }
   output.cached_prompt_tokens = last_reused_tokens_;
   output.prompt_seconds = seconds_since(prompt_start);
 
@@ -162,7 +188,7 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       output.finish_reason = update.finish_reason;
       break;
     }
-    if (!sink_ && static_cast<int>(context.size()) >= context_size()) {
+    if (!sink_ && static_cast<int>(context.size()) - position_offset_ >= context_size()) {
       // No room to compute another token: the context is full.
       emit(stop.flush());
       output.finish_reason = FinishReason::kLength;
@@ -190,7 +216,8 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
     drafts.clear();
     row = 0;
     // Guesses must fit the cache, one batch, and max_tokens (the last token is sampled).
-    int room = std::min(context_size() - static_cast<int>(context.size()), batch_size_ - 1);
+    int room = std::min(context_size() + position_offset_ - static_cast<int>(context.size()),
+                        batch_size_ - 1);
     if (params.max_tokens) {
       room = std::min(room, *params.max_tokens - static_cast<int>(output.tokens.size()) - 1);
     }

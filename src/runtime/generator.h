@@ -16,6 +16,7 @@
 #include "kv_cache/kv_cache.h"
 #include "models/decoder_model.h"
 #include "runtime/draft_model_runner.h"
+#include "runtime/snap_kv.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
 #include "speculative/speculative_options.h"
@@ -68,6 +69,10 @@ class Generator {
   void set_sink(bool on) { sink_ = on; }
   static constexpr int kSinkTokens = 4;
 
+  // SnapKV (runtime/snap_kv.h) for the next generate() calls: a prompt longer than `budget`
+  // tokens keeps that many positions per KV head once computed. 0: off. Not with sink.
+  void set_snapkv(int budget) { snapkv_budget_ = budget; }
+
   // Computes the prompt only (no sampling) and returns the last position's logits.
   Result<std::span<const float>> prefill(std::span<const TokenId> prompt);
 
@@ -82,8 +87,10 @@ class Generator {
 
  private:
   // Runs the tokens not cached yet through the model in batches; logits_ then holds the last
-  // `num_logits` tokens' logits (which must all be in the last batch).
-  Status extend(std::span<const TokenId> tokens, int num_logits = 1);
+  // `num_logits` tokens' logits (which must all be in the last batch). `scorer`: SnapKV's,
+  // observing every batch.
+  Status extend(std::span<const TokenId> tokens, int num_logits = 1,
+                SnapKvScorer* scorer = nullptr);
 
   DecoderModel& model_;
   const Tokenizer& tokenizer_;
@@ -99,6 +106,10 @@ class Generator {
   StepCostModel step_cost_;  // seconds per forward pass, by tokens (how many drafts pay off)
   DraftModelRunner* draft_ = nullptr;  // kDraft
   bool sink_ = false;
+  int snapkv_budget_ = 0;
+  // After SnapKV: token i (past the compacted prompt) sits at cache position i - this; the
+  // cache no longer follows cached_tokens_ position by position before it.
+  int position_offset_ = 0;
   // With sink: tokens dropped at once when the cache is full.
   int sink_drop_chunk() const { return std::max(16, (context_size() - kSinkTokens) / 8); }
   // With sink: drops a chunk after the sink tokens from the cache and from `view` (what the

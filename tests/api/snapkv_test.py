@@ -4,13 +4,14 @@ client: a 1,500-token prompt is compressed to 256 positions per KV head once com
 its answer is generated it holds about 256 positions' blocks instead of 1,500's (KV blocks in
 use sampled from /metrics as the answer streams); /metrics counts the compaction and the positions dropped; the first
 token is the uncompressed server's (it comes before the compaction) and the answer is text; a
-budget below 64 is refused at start.
+budget below 64 is refused at start. `generate` and `chat` take the same flags.
 
     .venv/bin/python tests/api/snapkv_test.py --tachyon build/tachyon
 """
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -82,11 +83,41 @@ def check_snapkv(tachyon: str) -> None:
           bad.stderr[-200:])
 
 
+def check_commands(tachyon: str) -> None:
+    """generate and chat take --kv-evict snapkv too (the single-sequence Generator)."""
+    text = (Path(__file__).resolve().parents[3] / "shared/data/corpus/tinyshakespeare.txt"
+            ).read_text()[40000:46000]
+
+    def generate(*args: str) -> dict:
+        result = subprocess.run([tachyon, "generate", "-p", text, "-c", "4096", "-n", "16",
+                                 "--temperature", "0", "--json", *args], capture_output=True,
+                                text=True, timeout=300)
+        return json.loads(result.stdout) if result.returncode == 0 else {"error": result.stderr}
+
+    plain = generate()
+    snap = generate("--kv-evict", "snapkv", "--kv-evict-budget", "256")
+    info(f"generate: prompt {snap.get('prompt_tokens')} tokens, SnapKV dropped "
+         f"{snap.get('dropped_tokens')} per KV head")
+    check("generate --kv-evict snapkv: compacted to the budget, answered",
+          snap.get("completion_tokens") == 16 and
+          snap.get("dropped_tokens") == snap.get("prompt_tokens", 0) - 256, snap)
+    check("... its first token the uncompressed one's",
+          snap.get("completion_ids", [None])[:1] == plain.get("completion_ids", [0])[:1],
+          (snap.get("completion_ids"), plain.get("completion_ids")))
+    chat = subprocess.run([tachyon, "chat", "-n", "12", "--temperature", "0", "--kv-evict",
+                           "snapkv", "--kv-evict-budget", "64"],
+                          input="Tell me a long story about the sea and the ships on it.\n"
+                                "And then?\n/exit\n", capture_output=True, text=True, timeout=300)
+    check("chat --kv-evict snapkv: two turns, no error",
+          chat.returncode == 0 and "error" not in chat.stderr, chat.stderr[-300:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tachyon", required=True)
     args = parser.parse_args()
     section("snapkv", check_snapkv, args.tachyon)
+    section("generate and chat", check_commands, args.tachyon)
     return exit_status()
 
 
