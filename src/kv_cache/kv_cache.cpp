@@ -8,6 +8,7 @@
 #include "core/prefetch.h"
 #include "core/half.h"
 #include "kernels/cpu/convert.h"
+#include "kv_cache/head_rows.h"
 #include "kv_cache/kv_cache_type.h"
 
 namespace tachyon {
@@ -286,11 +287,8 @@ void KvCache::drop_positions(int first, int count, int length,
         load_span(layer, head, head_size_, source, n, by_dimension.data(), run,
                   head_values.data());
         for (int p = 0; p < n; ++p) {
-          float* key_row = keys.data() + static_cast<size_t>(p) * kv + head * head_size_;
-          for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * run + p];
-          std::memcpy(values.data() + static_cast<size_t>(p) * kv + head * head_size_,
-                      head_values.data() + static_cast<size_t>(p) * head_size_,
-                      head_size_ * sizeof(float));
+          copy_head_position(by_dimension.data(), run, head_values.data(), p, head, head_size_,
+                             kv, keys.data(), values.data(), p);
         }
       }
       adjust_keys(keys.data(), n);

@@ -12,6 +12,7 @@
 #include "core/prefetch.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
+#include "kv_cache/head_rows.h"
 #include "kv_cache/kv_cache_type.h"
 
 namespace tachyon {
@@ -253,11 +254,8 @@ void PagedKvCache::rewrite_keys(int block, int count,
       load_block(layer, head, block, count, by_dimension.data(), block_size_,
                  head_values.data());
       for (int p = 0; p < count; ++p) {
-        float* key_row = keys.data() + static_cast<size_t>(p) * kv + head * head_size_;
-        for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * block_size_ + p];
-        std::memcpy(values.data() + static_cast<size_t>(p) * kv + head * head_size_,
-                    head_values.data() + static_cast<size_t>(p) * head_size_,
-                    head_size_ * sizeof(float));
+        copy_head_position(by_dimension.data(), block_size_, head_values.data(), p, head,
+                           head_size_, kv, keys.data(), values.data(), p);
       }
     }
     adjust_keys(keys.data(), count);
@@ -292,11 +290,8 @@ void PagedKvCache::keep_positions(int layer, std::span<const int32_t> from,
                    block_size_, block_values.data());
         loaded = block_index;
       }
-      float* key_row = keys.data() + static_cast<size_t>(i - unmoved) * kv + head * head_size_;
-      for (int d = 0; d < head_size_; ++d) key_row[d] = by_dimension[d * block_size_ + slot];
-      std::memcpy(values.data() + static_cast<size_t>(i - unmoved) * kv + head * head_size_,
-                  block_values.data() + static_cast<size_t>(slot) * head_size_,
-                  head_size_ * sizeof(float));
+      copy_head_position(by_dimension.data(), block_size_, block_values.data(), slot, head,
+                         head_size_, kv, keys.data(), values.data(), i - unmoved);
     }
   }
   std::vector<int64_t> slots(moved);
