@@ -118,6 +118,27 @@ def check_per_request(server: TachyonServer) -> None:
                   error.param == "context_overflow" and says in str(error), error.body)
 
 
+def chat_200_turns(server: TachyonServer) -> tuple[int, list]:
+    """A scripted 200-turn chat with the server's default overflow policy: the number of
+    failed turns and each answered turn's usage."""
+    client, model = client_for(server)
+    messages = [SYSTEM]
+    errors, usages = 0, []
+    for turn in range(200):
+        messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
+        try:
+            answer = client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+                                                    temperature=0)
+        except openai.APIError as error:
+            errors += 1
+            info(f"turn {turn}: {error}")
+            messages.append({"role": "assistant", "content": "(error)"})
+            continue
+        usages.append(answer.usage)
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    return errors, usages
+
+
 class PeakBlocks:
     """Samples tachyon:kv_cache_blocks_used every 20 ms while in a `with` block."""
 
@@ -188,23 +209,10 @@ def check_sink(server: TachyonServer) -> None:
 def check_endless_chat_sink(server: TachyonServer) -> None:
     """200 turns with the server's default set to sink: no error, conversations longer than the
     context answered, KV memory bounded by one context per request."""
-    client, model = client_for(server)
-    messages = [SYSTEM]
-    errors, longest, most_dropped = 0, 0, 0
     with PeakBlocks(server) as blocks:
-        for turn in range(200):
-            messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
-            try:
-                answer = client.chat.completions.create(model=model, messages=messages,
-                                                        max_tokens=8, temperature=0)
-            except openai.APIError as error:
-                errors += 1
-                info(f"turn {turn}: {error}")
-                messages.append({"role": "assistant", "content": "(error)"})
-                continue
-            longest = max(longest, answer.usage.prompt_tokens)
-            most_dropped = max(most_dropped, dropped(answer.usage)[0])
-            messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+        errors, usages = chat_200_turns(server)
+    longest = max((usage.prompt_tokens for usage in usages), default=0)
+    most_dropped = max((dropped(usage)[0] for usage in usages), default=0)
     info(f"200 turns with sink: longest conversation {longest} tokens, up to {most_dropped} "
          f"left the cache, at most {blocks.peak:.0f} KV blocks in use")
     check("200-turn chat with --context-overflow sink: no request failed", errors == 0, errors)
@@ -217,22 +225,9 @@ def check_endless_chat_sink(server: TachyonServer) -> None:
 def check_endless_chat(server: TachyonServer) -> None:
     """200 turns with the server's default set to truncate: no error, every prompt within the
     context, and the KV pool never more than full."""
-    client, model = client_for(server)
-    messages = [SYSTEM]
-    errors, worst_prompt, dropped_turns = 0, 0, 0
-    for turn in range(200):
-        messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
-        try:
-            answer = client.chat.completions.create(model=model, messages=messages, max_tokens=8,
-                                                    temperature=0)
-        except openai.APIError as error:
-            errors += 1
-            info(f"turn {turn}: {error}")
-            messages.append({"role": "assistant", "content": "(error)"})
-            continue
-        worst_prompt = max(worst_prompt, answer.usage.prompt_tokens)
-        dropped_turns = max(dropped_turns, dropped(answer.usage)[1] // 2)
-        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    errors, usages = chat_200_turns(server)
+    worst_prompt = max((usage.prompt_tokens for usage in usages), default=0)
+    dropped_turns = max((dropped(usage)[1] // 2 for usage in usages), default=0)
     status, body = http_get(server.url + "/metrics")
     metrics = parse_prometheus(body.decode())
     info(f"200 turns: longest prompt {worst_prompt} tokens, up to {dropped_turns} turns dropped, "
