@@ -391,7 +391,13 @@ void EngineCore::step() {
   named_blocks_.clear();
   scheduler_.on_step_done(output, disk_store_ ? &named_blocks_ : nullptr);
   if (disk_store_) disk_store_->save(named_blocks_);
-  for (SnapKvJob& job : snapkv) compact_for_snapkv(job);
+  for (SnapKvJob& job : snapkv) {
+    // Not for a request that ends with this step.
+    const bool finishing = std::any_of(sampled.begin(), sampled.end(), [&](const Sampled& item) {
+      return item.id == job.request->id && item.output.finished;
+    });
+    if (!finishing) compact_for_snapkv(job);
+  }
   int num_generated = 0;
   std::vector<RequestId> model_drafting;
   for (Sampled& result : sampled) {
@@ -468,8 +474,8 @@ void EngineCore::observe_for_snapkv(std::vector<SnapKvJob>& jobs, int layer,
 }
 
 void EngineCore::compact_for_snapkv(SnapKvJob& job) {
-  Request* request = scheduler_.find(job.request->id);
-  if (request == nullptr || request->state != RequestState::kRunning) return;  // finished
+  Request* request = job.request;
+  if (request->state != RequestState::kRunning) return;  // preempted in this step
   // Blocks shared through the prefix cache stay whole: those it took from it, and any that
   // another request holds too.
   int shared = request->num_reused_tokens / options_.block_size;
