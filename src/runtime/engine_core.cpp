@@ -437,7 +437,7 @@ std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput
     Request* request = item.request;
     const int length = request->num_computed_tokens + item.num_new_tokens - item.num_draft_tokens;
     if (item.samples_next_token && !request->compacted && request->sink_tokens == 0 &&
-        request->slot_offset == 0 && length > options_.snapkv_budget) {
+        length > options_.snapkv_budget) {
       jobs.push_back({i, request, SnapKvScorer(model_, length, {.budget = options_.snapkv_budget})});
     }
   }

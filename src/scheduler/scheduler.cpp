@@ -258,6 +258,8 @@ bool Scheduler::schedule_running(Request* request, int num_new, SchedulerOutput&
                                  int& budget) {
   if (!drop_for_sink(request, num_new, output)) {
     // No block for a private copy: recompute the request (its tokens are the window) later.
+    // The moves it queued touch only blocks it held, now free and unnamed: whoever takes one
+    // writes its slots before reading them.
     preempt_for_step(request, output, budget);
     return false;
   }
