@@ -200,14 +200,15 @@ def read_gguf_tensor(tensor) -> np.ndarray:
 
 
 def check_gguf_matches_moe(config: TinyConfig, weights: dict[str, np.ndarray], path: Path) -> None:
-    """MoE / MLA files: every GGUF tensor reads back to the HF weights it came from (experts
-    unstacked, kv_b rebuilt from attn_k_b / attn_v_b), and every HF weight is in the file."""
+    """MoE / MLA / sliding-window files: every GGUF tensor reads back to the HF weights it came
+    from (experts unstacked, kv_b rebuilt from attn_k_b / attn_v_b, Gemma's norms plus the 1
+    the converter adds), and every HF weight is in the file."""
     reader = gguf.GGUFReader(str(path))
     rebuilt: dict[str, np.ndarray] = {}
     gguf_names = {}
     for name in weights:
         if tiny_models._expert_parts(name) is None:
-            gguf_names[tiny_models.gguf_tensor_name(name)] = name
+            gguf_names[tiny_models.gguf_tensor_name(name, config.gemma)] = name
     k_b, v_b = {}, {}
     for tensor in reader.tensors:
         data = read_gguf_tensor(tensor)
@@ -237,12 +238,14 @@ def check_gguf_matches_moe(config: TinyConfig, weights: dict[str, np.ndarray], p
         raise AssertionError(f"{path.name}: GGUF lacks {sorted(set(weights) - set(rebuilt))}, "
                              f"has extra {sorted(set(rebuilt) - set(weights))}")
     for name, array in weights.items():
+        if config.gemma and name.endswith("norm.weight"):
+            array = array + np.float32(1.0)
         if not np.array_equal(rebuilt[name], array):
             raise AssertionError(f"{path.name}: {name} does not read back from the GGUF")
 
 
 def check_gguf_matches(config: TinyConfig, dtype: str, weights: dict[str, np.ndarray], path: Path) -> None:
-    if config.moe is not None or config.mla is not None:
+    if config.moe is not None or config.mla is not None or config.sliding_window is not None:
         return check_gguf_matches_moe(config, weights, path)
     reader = gguf.GGUFReader(str(path))
     hf_name_by_gguf = {tiny_models.gguf_tensor_name(name): name for name in weights}
@@ -381,7 +384,8 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
     gguf_sha256 = hashlib.sha256((tmp / gguf_name).read_bytes()).hexdigest()
     check_gguf_matches(config, dtype, weights, tmp / gguf_name)
 
-    moe = config.moe is not None or config.mla is not None
+    # Models transformers builds from the folder tiny_models writes (and checked against it).
+    moe = config.moe is not None or config.mla is not None or config.sliding_window is not None
     if moe:
         folder = tiny_models.write_hf_folder(config.name, dtype, tmp / f"{config.name}.hf")
         model = build_hf_moe_model(config, weights, folder)
@@ -398,6 +402,9 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
     file_name = f"{config.name}.{dtype}.logits"
     logits.astype("<f4").tofile(out / file_name)
     rotary = model.model.rotary_emb
+    if config.gemma:  # one RoPE per layer kind; the global one's goes in the manifest
+        rotary.inv_freq = rotary.full_attention_inv_freq
+        rotary.attention_scaling = rotary.full_attention_attention_scaling
     entry = {
         "config": config.name, "dtype": dtype, "gguf": gguf_name, "gguf_sha256": gguf_sha256,
         "logits_file": file_name,
@@ -410,6 +417,8 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
         "hf_attention_scaling": float(rotary.attention_scaling),
         "tolerance": tolerance_rule(dtype, moe),
     }
+    if config.sliding_window is not None:
+        entry["window_effect"] = window_effect(config, folder, ids, logits)
     if moe:
         entry["absolute_tolerance"] = ABSOLUTE_TOLERANCE
         entry["hf_model_type"] = config.hf_model_type
@@ -423,6 +432,32 @@ def make_one(config: TinyConfig, dtype: str, out: Path, tmp: Path) -> dict:
     if config.rope_scaling and dtype == "f32":
         entry["scaling_effect"] = scaling_effect(config, weights, ids, logits)
     return entry
+
+
+def window_effect(config: TinyConfig, folder: Path, ids, logits) -> dict:
+    """The same folder with a window longer than the prompt: the golden must tell the two
+    apart from the first position past the window on."""
+    hf = json.loads((folder / "config.json").read_text())
+    hf["sliding_window"] = 4096
+    wide = folder.with_name(folder.name + ".wide")
+    wide.mkdir(exist_ok=True)
+    (wide / "config.json").write_text(json.dumps(hf))
+    (wide / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(wide), dtype=torch.float32, attn_implementation="eager").eval()
+    plain = run_logits(model, ids)
+    diff = np.abs(plain - logits)
+    window = config.sliding_window
+    effect = {"max_abs_diff_inside_window": float(diff[:window].max()),
+              "max_abs_diff_past_window": float(diff[window:].max())}
+    print(f"  {config.name}: the window moves logits past it by up to "
+          f"{effect['max_abs_diff_past_window']:.3f}, inside it by "
+          f"{effect['max_abs_diff_inside_window']:.1e}")
+    if effect["max_abs_diff_past_window"] < MIN_SCALING_EFFECT:
+        raise AssertionError(f"{config.name}: the sliding window barely changes the logits")
+    if effect["max_abs_diff_inside_window"] > 1e-5:
+        raise AssertionError(f"{config.name}: the window changes positions it cannot reach")
+    return effect
 
 
 def tolerance_rule(dtype: str, moe: bool = False) -> str:

@@ -81,6 +81,20 @@ class TinyConfig:
     gguf_split_kv_b: bool = True
     # DeepSeek-V3's multi-token prediction ("NextN") layers after the trunk's num_layers.
     mtp_layers: int = 0
+    # Sliding-window attention: the window (None: none). gemma3 interleaves local and global
+    # layers (every 6th global, as transformers' and llama.cpp's default pattern); mistral's
+    # layers are all local.
+    sliding_window: int | None = None
+    rope_local_theta: float = 10000.0  # gemma3's local layers' RoPE base
+
+    @property
+    def gemma(self) -> bool:
+        return self.arch == "gemma3"
+
+    def layer_is_local(self, layer: int) -> bool:
+        if self.sliding_window is None:
+            return False
+        return (layer + 1) % 6 != 0 if self.gemma else True
 
     @property
     def head_size(self) -> int:
@@ -92,7 +106,7 @@ class TinyConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.arch in ("qwen3", "qwen3moe")
+        return self.arch in ("qwen3", "qwen3moe", "gemma3")
 
     @property
     def gguf_rope_layout(self) -> str:
@@ -103,7 +117,8 @@ class TinyConfig:
     @property
     def hf_model_type(self) -> str:
         return self.model_type or {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-                                   "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}[self.arch]
+                                   "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe",
+                                   "gemma3": "gemma3_text"}[self.arch]
 
     @property
     def deepseek(self) -> bool:
@@ -222,6 +237,29 @@ CONFIGS += [
                     "one shared expert behind a sigmoid gate"),
 ]
 
+# Sliding-window attention: f32 only, windows much shorter than the 64-token prompt.
+CONFIGS += [
+    TinyConfig(
+        name="gemma3_tiny", arch="gemma3", seed=140, vocab_size=304, num_layers=7,
+        ffn_size=160, num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=1e6, rms_eps=1e-6,
+        tied_embeddings=True, sliding_window=12, dtypes=("f32",),
+        description="Gemma 3: 5 local layers (window 12, RoPE base 1e4), a global one (base "
+                    "1e6), then a local one; QK-norm, pre and post norms, GeGLU, embeddings "
+                    "times sqrt(hidden), head_dim 32 != hidden/heads, tied"),
+    TinyConfig(
+        name="gemma3_mqa_linear", arch="gemma3", seed=141, vocab_size=288, num_layers=6,
+        ffn_size=96, num_heads=4, num_kv_heads=1, head_dim=16, rope_theta=1e6, rms_eps=1e-6,
+        tied_embeddings=True, sliding_window=5, dtypes=("f32",),
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        description="Gemma 3 (4B+ shape): one KV head, linear RoPE scaling (factor 8) on the "
+                    "global layer only, window 5"),
+    TinyConfig(
+        name="mistral_window", arch="llama", model_type="mistral", seed=142, vocab_size=276,
+        num_layers=2, num_heads=4, num_kv_heads=2, sliding_window=9, dtypes=("f32",),
+        description="Mistral 7B v0.1 shape: every layer attends to a sliding window of 9 "
+                    "(llama.attention.sliding_window in the GGUF)"),
+]
+
 # For the K-quant quantizer test (tests/golden/quantizers_k): rows of 256 values, no goldens
 # of its own.
 K_QUANT_CONFIG = TinyConfig(
@@ -287,6 +325,11 @@ def _random_hf_weights(config: TinyConfig) -> dict[str, np.ndarray]:
 
     def norm(size: int) -> np.ndarray:
         return (1.0 + rng.standard_normal(size) * NORM_NOISE).astype(np.float32)
+
+    if config.gemma:
+        # Gemma's norms multiply by (1 + weight): their weights sit around 0.
+        def norm(size: int) -> np.ndarray:  # noqa: F811
+            return (rng.standard_normal(size) * NORM_NOISE).astype(np.float32)
 
     w: dict[str, np.ndarray] = {}
     w["model.embed_tokens.weight"] = normal(EMBEDDING_STD, config.vocab_size, config.hidden_size)
@@ -357,6 +400,9 @@ def _random_decoder_layer(config: TinyConfig, layer: int, w: dict, normal, norm)
             w[p + "self_attn.k_norm.weight"] = norm(head)
         w[p + "self_attn.o_proj.weight"] = normal(OTHER_STD, hidden, q_size)
     w[p + "post_attention_layernorm.weight"] = norm(hidden)
+    if config.gemma:
+        w[p + "pre_feedforward_layernorm.weight"] = norm(hidden)
+        w[p + "post_feedforward_layernorm.weight"] = norm(hidden)
     if not config.has_experts(layer):
         w[p + "mlp.gate_proj.weight"] = normal(OTHER_STD, ffn, hidden)
         w[p + "mlp.up_proj.weight"] = normal(OTHER_STD, ffn, hidden)
@@ -440,7 +486,18 @@ _GLOBAL_TENSOR_NAMES = {
 }
 
 
-def gguf_tensor_name(hf_name: str) -> str:
+# Gemma's four norms per layer (llama.cpp's names for gemma2/gemma3).
+_GEMMA_LAYER_TENSOR_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
+def gguf_tensor_name(hf_name: str, gemma: bool = False) -> str:
+    parts = hf_name.split(".", 3)
+    if gemma and len(parts) == 4 and parts[3] in _GEMMA_LAYER_TENSOR_NAMES:
+        return f"blk.{parts[2]}.{_GEMMA_LAYER_TENSOR_NAMES[parts[3]]}"
     if hf_name in _GLOBAL_TENSOR_NAMES:
         return _GLOBAL_TENSOR_NAMES[hf_name]
     parts = hf_name.split(".", 3)  # model, layers, N, rest
@@ -500,7 +557,10 @@ def gguf_tensors(config: TinyConfig, dtype: str) -> dict[str, np.ndarray]:
                                (prefix + "attn_v_b.weight", per_head[:, m["qk_nope_head_dim"]:, :])):
                 out[name] = _stored(np.ascontiguousarray(part), dtype, name)
             continue
-        name = gguf_tensor_name(hf_name)
+        name = gguf_tensor_name(hf_name, config.gemma)
+        if config.gemma and name.endswith("norm.weight"):
+            # llama.cpp's converter stores Gemma's norms as 1 + weight (what they multiply by).
+            array = array + np.float32(1.0)
         if config.gguf_rope_layout == "normal":
             if name.endswith(("attn_q.weight", "attn_q.bias")):
                 array = permute_rows_for_gguf(array, config.num_heads)
@@ -713,12 +773,23 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.add_head_count(config.num_heads)
     if config.mla is None:  # (this order keeps the dense files' bytes, and so their sha256)
         writer.add_head_count_kv(config.num_kv_heads)
-        if config.head_size != config.hidden_size // config.num_heads:
+        if config.head_size != config.hidden_size // config.num_heads and not config.gemma:
             writer.add_key_length(config.head_size)
             writer.add_value_length(config.head_size)
     writer.add_rope_freq_base(config.rope_theta)
-    if config.mla is None:
+    if config.gemma:
+        # llama.cpp's Gemma 3 converter: head sizes as key/value lengths, no rope dimension
+        # count, the window (the local layers' pattern and RoPE base are llama.cpp's fixed
+        # ones: every 6th layer global, base 10000).
+        writer.add_key_length(config.head_size)
+        writer.add_value_length(config.head_size)
+        writer.add_sliding_window(config.sliding_window)
+        assert config.rope_local_theta == 10000.0
+    elif config.mla is None:
         writer.add_rope_dimension_count(config.head_size)
+    if config.sliding_window is not None and not config.gemma:
+        # (llama.cpp's converter does not write Mistral's window; tachyon honours the key.)
+        writer.add_sliding_window(config.sliding_window)
     writer.add_layer_norm_rms_eps(config.rms_eps)
     writer.add_vocab_size(config.vocab_size)
     _add_rope_scaling_metadata(writer, config)
@@ -732,7 +803,7 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     # "gpt-2" is llama.cpp's name for this pre-tokenizer (it refuses "gpt2"); the dense files
     # keep the name they were made with, and so their sha256.
     writer.add_tokenizer_pre("gpt-2" if config.moe is not None or config.mla is not None
-                             else "gpt2")
+                             or config.sliding_window is not None else "gpt2")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
@@ -760,7 +831,8 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
                     "qwen2_moe": "Qwen2MoeForCausalLM",
                     "mixtral": "MixtralForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
                     "deepseek_v3": "DeepseekV3ForCausalLM",
-                    "kimi_k2": "DeepseekV3ForCausalLM"}[model_type]
+                    "kimi_k2": "DeepseekV3ForCausalLM", "mistral": "MistralForCausalLM",
+                    "gemma3_text": "Gemma3ForCausalLM"}[model_type]
     out = {"architectures": [architecture], "model_type": model_type,
            "hidden_size": config.hidden_size, "intermediate_size": config.ffn_size,
            "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
@@ -771,6 +843,18 @@ def hf_config_json(config: TinyConfig, dtype: str) -> dict:
            "torch_dtype": "float16" if dtype == "f16" else "float32"}
     if config.rope_scaling:
         out["rope_scaling"] = dict(config.rope_scaling)
+    if model_type == "mistral":
+        out["sliding_window"] = config.sliding_window
+    if config.gemma:
+        # As google/gemma-3-270m's config.json (transformers 4.5x) writes it.
+        del out["hidden_act"]
+        out.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=config.head_size,
+                   sliding_window=config.sliding_window, rope_local_base_freq=config.rope_local_theta,
+                   layer_types=["sliding_attention" if config.layer_is_local(i) else "full_attention"
+                                for i in range(config.num_layers)],
+                   final_logit_softcapping=None, attn_logit_softcapping=None,
+                   attention_bias=False, _sliding_window_pattern=6, bos_token_id=None,
+                   eos_token_id=None, pad_token_id=None)
     moe = config.moe
     if config.mla is not None:
         del out["head_dim"]

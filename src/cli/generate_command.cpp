@@ -24,7 +24,7 @@ struct GenerateOptions {
   int max_tokens = 256;
   bool chat = false;
   bool json = false;
-  bool add_special = false;
+  bool add_special = true;
   std::string context_overflow = "error";  // or sink
 };
 
@@ -122,8 +122,9 @@ void add_generate_command(CLI::App& app) {
                       "Most tokens to generate, -1 = until the context is full (default 256)");
   command->add_flag("--chat", options->chat, "Wrap the prompt in the model's chat template");
   command->add_option("--system", options->system, "With --chat: a system message");
-  command->add_flag("--add-special", options->add_special,
-                    "Add BOS/EOS as the vocabulary asks (raw prompts only)");
+  command->add_flag("--add-special,!--no-add-special", options->add_special,
+                    "Add BOS/EOS as the vocabulary asks (default; raw prompts only: a chat "
+                    "template spells them out)");
   command->add_flag("--json", options->json, "Print one JSON object with text, counts and timings");
   command->callback([options] {
     Status status = run_generate(*options);

@@ -147,7 +147,13 @@ Status run_perplexity(const PerplexityOptions& options) {
   model_options.context_size = options.window;
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(model_options));
 
-  std::vector<TokenId> tokens = session.tokenizer->encode(buffer.str(), {.parse_special = false});
+  // A model whose vocabulary asks for BOS (Gemma, Llama) gets it first, and each window of the
+  // default mode starts with it, as llama.cpp's perplexity tool does (Gemma without it is lost).
+  const Vocabulary& vocabulary = session.tokenizer->vocabulary();
+  const bool add_bos = vocabulary.add_bos && vocabulary.bos_id.has_value();
+  const TokenId bos = add_bos ? *vocabulary.bos_id : 0;
+  std::vector<TokenId> tokens =
+      session.tokenizer->encode(buffer.str(), {.parse_special = false, .add_special = add_bos});
   if (options.max_tokens > 0 && static_cast<int>(tokens.size()) > options.max_tokens) {
     tokens.resize(options.max_tokens);
   }
@@ -195,15 +201,17 @@ Status run_perplexity(const PerplexityOptions& options) {
   int64_t scored = 0;
   const int first_scored = window / 2;  // logits at positions first_scored..window-2
   for (int w = 0; w < num_windows; ++w) {
-    std::span<const TokenId> chunk(tokens.data() + static_cast<size_t>(w) * window, window);
+    std::vector<TokenId> chunk(tokens.begin() + static_cast<ptrdiff_t>(w) * window,
+                               tokens.begin() + static_cast<ptrdiff_t>(w + 1) * window);
+    if (add_bos) chunk[0] = bos;
     // Logits of the scored positions only, computed in batches of --batch-size:
     // window_logits row i - first_scored holds position i's prediction.
     std::vector<float> window_logits(static_cast<size_t>(window - first_scored) * vocab);
     for (int begin = 0; begin < window; begin += options.model.batch_size) {
       const int count = std::min(options.model.batch_size, window - begin);
       const int wanted = std::clamp(begin + count - first_scored, 0, count);
-      TACHYON_RETURN_IF_ERROR(model.forward(chunk.subspan(begin, count), begin, cache,
-                                            *session.pool, wanted, logits));
+      TACHYON_RETURN_IF_ERROR(model.forward(std::span<const TokenId>(chunk).subspan(begin, count),
+                                            begin, cache, *session.pool, wanted, logits));
       const int first_wanted = begin + count - wanted;
       std::copy(logits.begin(), logits.end(),
                 window_logits.begin() + static_cast<size_t>(first_wanted - first_scored) * vocab);

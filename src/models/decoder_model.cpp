@@ -32,7 +32,10 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& che
 DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      rope_(config_.rope, weights_.rope_frequency_factors) {}
+      rope_(config_.rope, weights_.rope_frequency_factors),
+      local_rope_(config_.local_rope, config_.local_rope.has_frequency_factors
+                                          ? std::span<const float>(weights_.rope_frequency_factors)
+                                          : std::span<const float>()) {}
 
 Status DecoderModel::set_numerics(Numerics numerics) {
   if (numerics == Numerics::kLlamaCpp) {
@@ -41,6 +44,9 @@ Status DecoderModel::set_numerics(Numerics numerics) {
     }
     if (config_.rope.scaling == RopeScaling::kYarn) {
       return unsupported("llama.cpp numerics do not cover YaRN-scaled RoPE");
+    }
+    if (config_.post_norms || config_.ffn_activation != FeedForwardActivation::kSilu) {
+      return unsupported("llama.cpp numerics do not cover Gemma's post norms and GeGLU");
     }
     auto check = [](const kernels::WeightMatrix& w, std::string_view name) -> Status {
       if (kernels::llamacpp::matmul_supports(w.type)) return Status();
@@ -131,6 +137,9 @@ void DecoderModel::embed(std::span<const TokenIndex> tokens, float* out) const {
     // Every matmul-capable type has a dequantizer, so this cannot fail for a loaded model.
     Status status = reference::dequantize(table.type, row, out + t * table.cols, table.cols);
     (void)status;
+    if (config_.embedding_scale != 1.0f) {
+      for (int64_t c = 0; c < table.cols; ++c) out[t * table.cols + c] *= config_.embedding_scale;
+    }
   }
 }
 
@@ -159,7 +168,6 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   std::vector<int>& positions = workspace_.positions;
   positions.resize(num_tokens);
   for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t + position_offset;
-  const AttentionShape shape = attention_shape();
   const int64_t kv_size = config_.kv_size();
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
@@ -172,6 +180,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   // This batch's keys and values are in the cache: every query attends over it.
   run_layers(tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
+    const AttentionShape shape = attention_shape(layer);
     if (numerics_ == Numerics::kLlamaCpp) {
       causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache, layer,
                                 w.attention.data(), pool);
@@ -203,7 +212,6 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
     }
   }
   workspace_.positions = batch.positions;
-  const AttentionShape shape = attention_shape();
   const int64_t kv_size = config_.kv_size();
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
@@ -213,7 +221,8 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, batch.slots); };
   run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
-    paged_attention(shape, w.query.data(), batch, cache, layer, w.attention.data(), pool);
+    paged_attention(attention_shape(layer), w.query.data(), batch, cache, layer,
+                    w.attention.data(), pool);
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool);
   project_logits(batch.logits_tokens, logits, pool);
@@ -232,8 +241,16 @@ AttentionShape DecoderModel::attention_shape() const {
     }
     return AttentionShape{config_.num_heads, 1, mla.latent_size(), static_cast<float>(scale)};
   }
+  const int scale_dim =
+      config_.attention_scale_dim > 0 ? config_.attention_scale_dim : config_.head_size;
   return AttentionShape{config_.num_heads, config_.num_kv_heads, config_.head_size,
-                        1.0f / std::sqrt(static_cast<float>(config_.head_size))};
+                        1.0f / std::sqrt(static_cast<float>(scale_dim))};
+}
+
+AttentionShape DecoderModel::attention_shape(int layer) const {
+  AttentionShape shape = attention_shape();
+  if (config_.layer_is_local(layer)) shape.window = config_.sliding_window;
+  return shape;
 }
 
 void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
@@ -271,6 +288,9 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens st
     w.expert_output.resize(num_tokens * hidden);
   }
   rope_.compute_angles(w.positions, w.rope_cos, w.rope_sin);
+  if (config_.has_local_layers()) {
+    local_rope_.compute_angles(w.positions, w.local_rope_cos, w.local_rope_sin);
+  }
 
   embed(tokens, w.residual.data());
   for (int i = 0; i < config_.num_layers; ++i) {
@@ -369,6 +389,9 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
   // Each token's query, key and value rows in one pass, while they are in cache: biases
   // (Qwen2), per-head RMSNorm (Qwen3), RoPE, then the keys and values into the cache.
   const int pairs = head_size / 2;
+  const bool local = config_.layer_is_local(layer_index);
+  const std::vector<float>& rope_cos = local ? w.local_rope_cos : w.rope_cos;
+  const std::vector<float>& rope_sin = local ? w.local_rope_sin : w.rope_sin;
   for_token_ranges(num_tokens, pool, [&](int first, int end) {
     for (int t = first; t < end; ++t) {
       float* query = w.query.data() + t * q_size;
@@ -388,8 +411,8 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
           normalize(head, layer.key_norm, head_size, head);
         }
       }
-      const float* cos_row = w.rope_cos.data() + static_cast<int64_t>(t) * pairs;
-      const float* sin_row = w.rope_sin.data() + static_cast<int64_t>(t) * pairs;
+      const float* cos_row = rope_cos.data() + static_cast<int64_t>(t) * pairs;
+      const float* sin_row = rope_sin.data() + static_cast<int64_t>(t) * pairs;
       rotate(query, config_.num_heads, cos_row, sin_row);
       rotate(key, config_.num_kv_heads, cos_row, sin_row);
       store(layer_index, t, t + 1);
@@ -400,13 +423,30 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
 
   const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
   multiply(output, w.attention.data(), num_tokens, pool);
+  if (layer.post_attention_norm != nullptr) {
+    normalize_projected(layer.post_attention_norm, num_tokens, pool);
+  }
+}
+
+void DecoderModel::normalize_projected(const float* weight, int num_tokens, ThreadPool& pool) {
+  const int64_t hidden = config_.hidden_size;
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      float* row = workspace_.projected.data() + t * hidden;
+      normalize(row, weight, static_cast<int>(hidden), row);
+    }
+  });
 }
 
 void DecoderModel::swiglu_rows(int64_t ffn, int num_tokens, int64_t begin, int64_t end) {
   Workspace& w = workspace_;
   for (int t = 0; t < num_tokens; ++t) {
     float* gate = w.gate.data() + t * ffn + begin;
-    swiglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
+    if (config_.ffn_activation == FeedForwardActivation::kGeluTanh) {
+      kernels::geglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
+    } else {
+      swiglu(gate, w.up.data() + t * ffn + begin, end - begin, gate);
+    }
   }
 }
 
@@ -443,6 +483,7 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   }
   const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
   multiply(down, w.gate.data(), num_tokens, pool);
+  if (layer.post_ffn_norm != nullptr) normalize_projected(layer.post_ffn_norm, num_tokens, pool);
 }
 
 void DecoderModel::multiply_head(const kernels::WeightMatrix& w, const float* x,

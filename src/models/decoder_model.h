@@ -1,5 +1,6 @@
-// A Llama-family decoder-only transformer (Llama 2/3, Mistral, SmolLM, Qwen2/2.5, Qwen3):
-// pre-norm attention with grouped KV heads and RoPE, then a SwiGLU feed-forward block.
+// A Llama-family decoder-only transformer (Llama 2/3, Mistral, SmolLM, Qwen2/2.5, Qwen3,
+// Gemma 3, and with MLA and experts DeepSeek-V3 and Kimi-K2): pre-norm attention with grouped
+// KV heads and RoPE (global or sliding-window), then a SwiGLU (GeGLU) feed-forward block.
 #pragma once
 
 #include <memory>
@@ -67,8 +68,9 @@ class DecoderModel {
                  int position_offset = 0, const AttentionObserver* observer = nullptr);
 
   // Query heads, KV heads, head size and softmax scale of the attention as the cache sees it
-  // (MLA: one latent KV head).
+  // (MLA: one latent KV head); with `layer`, also its sliding window if it is a local layer.
   AttentionShape attention_shape() const;
+  AttentionShape attention_shape(int layer) const;
 
   // Turns cached keys (f32 rows [count, kv_size], as a cache stores them: rotated) back by
   // `delta` positions in place: what the keys of tokens moved from position p to p - delta
@@ -103,6 +105,8 @@ class DecoderModel {
     AlignedVector<float> up;         // f32 [tokens, ffn]
     std::vector<float> rope_cos;     // f32 [tokens, rope dimensions/2]
     std::vector<float> rope_sin;     // f32 [tokens, rope dimensions/2]
+    std::vector<float> local_rope_cos;  // the same for local layers' RoPE (Gemma 3)
+    std::vector<float> local_rope_sin;
     std::vector<int> positions;
     // MLA (latent_attention_block).
     AlignedVector<float> query_a;       // f32 [tokens, q_lora_rank], normalised in place
@@ -156,9 +160,12 @@ class DecoderModel {
   // `out_stride` (through workspace_.head_input / head_output).
   void multiply_head(const kernels::WeightMatrix& w, const float* x, int64_t x_stride,
                      int num_tokens, float* out, int64_t out_stride, ThreadPool& pool);
-  // workspace_.gate = SwiGLU(gate, up) over columns [begin, end) of every token's rows of
-  // `ffn` values (a matmul_many row epilogue: each thread on the rows it has just computed).
+  // workspace_.gate = SwiGLU(gate, up) (GeGLU for Gemma) over columns [begin, end) of every
+  // token's rows of `ffn` values (a matmul_many row epilogue: each thread on the rows it has
+  // just computed).
   void swiglu_rows(int64_t ffn, int num_tokens, int64_t begin, int64_t end);
+  // workspace_.projected = norm(projected, weight) token by token (Gemma's post norms).
+  void normalize_projected(const float* weight, int num_tokens, ThreadPool& pool);
   // SwiGLU feed-forward of `input` rows (f32 [num_tokens, hidden]) into `out`, using
   // workspace_.gate / up: gate and up products with SwiGLU as their epilogue, then down.
   void swiglu_feed_forward(const kernels::WeightMatrix& gate, const kernels::WeightMatrix& up,
@@ -190,6 +197,7 @@ class DecoderModel {
   ModelConfig config_;
   DecoderWeights weights_;
   RotaryEmbedding rope_;
+  RotaryEmbedding local_rope_;  // local layers' (config_.local_rope)
   Workspace workspace_;
   Numerics numerics_ = Numerics::kNative;
 };

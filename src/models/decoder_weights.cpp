@@ -286,6 +286,14 @@ std::string hf_tensor_name(const std::string& gguf_name, const ModelConfig& conf
                    : layer + "mlp.experts." + expert + "." + it->second.first + ".weight";
   }
   if (mixtral && rest == "ffn_gate_inp.weight") return layer + "block_sparse_moe.gate.weight";
+  // Gemma's four norms per layer: before and after attention, before and after the FFN.
+  if (config.architecture == "gemma3") {
+    static const std::map<std::string, std::string, std::less<>> kGemmaNorms = {
+        {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+        {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
+    if (auto it = kGemmaNorms.find(rest); it != kGemmaNorms.end()) return layer + it->second;
+  }
   // Qwen2-MoE has one shared expert, behind a gate.
   if (config.architecture == "qwen2moe") {
     static const std::map<std::string, std::string, std::less<>> kShared = {
@@ -402,6 +410,17 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
                                        "block-scaled F8_E4M3 tensors from safetensors",
                                        hf_name, checkpoint.shard_of(hf_name),
                                        safetensors_dtype_name(tensor->dtype)));
+    }
+    if (config.architecture == "gemma3" && name.ends_with("norm.weight")) {
+      // Gemma's RMSNorms multiply by (1 + weight); llama.cpp's converter stores 1 + weight.
+      auto shifted = std::make_unique<std::vector<float>>(view.num_elements);
+      TACHYON_RETURN_IF_ERROR(
+          reference::dequantize(view.type, view.data, shifted->data(), view.num_elements));
+      for (float& value : *shifted) value += 1.0f;
+      view.type = DType::kF32;
+      view.data = reinterpret_cast<const uint8_t*>(shifted->data());
+      weights.converted_vectors.push_back(std::move(shifted));
+      return std::optional<TensorView>(view);
     }
     const bool query = name.ends_with("attn_q.weight");
     if (config.rope.layout == RopeLayout::kAdjacentPairs && !config.mla.enabled() &&
@@ -549,6 +568,12 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWei
                              load.vector(prefix + "attn_k_norm.weight", config.head_size));
   }
   TACHYON_ASSIGN_OR_RETURN(layer.ffn_norm, load.vector(prefix + "ffn_norm.weight", hidden));
+  if (config.post_norms) {
+    TACHYON_ASSIGN_OR_RETURN(layer.post_attention_norm,
+                             load.vector(prefix + "post_attention_norm.weight", hidden));
+    TACHYON_ASSIGN_OR_RETURN(layer.post_ffn_norm,
+                             load.vector(prefix + "post_ffw_norm.weight", hidden));
+  }
   if (config.moe.layer_has_experts(i)) {
     layer.has_experts = true;
     TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));

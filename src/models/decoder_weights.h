@@ -54,6 +54,9 @@ struct LayerWeights {
   const float* query_norm = nullptr;       // f32 [head_size], Qwen3 only
   const float* key_norm = nullptr;         // f32 [head_size], Qwen3 only
   const float* ffn_norm = nullptr;         // f32 [hidden]
+  // Gemma: the attention's and the FFN's outputs are normalised before their residual add.
+  const float* post_attention_norm = nullptr;  // f32 [hidden]
+  const float* post_ffn_norm = nullptr;        // f32 [hidden]
   kernels::WeightMatrix gate;              // [ffn, hidden]
   kernels::WeightMatrix up;                // [ffn, hidden]
   kernels::WeightMatrix down;              // [hidden, ffn]

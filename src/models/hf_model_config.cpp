@@ -157,6 +157,159 @@ Status read_experts(const ConfigReader& read, const std::string& model_type,
 
 }  // namespace
 
+// One RoPE's scaling from config.json's "rope_scaling" (or a "rope_parameters" entry), into
+// `rope` (whose freq_base is already read).
+Status read_rope_scaling(const boost::json::object& scaling, bool deepseek, ModelConfig& config,
+                         RopeConfig& rope) {
+  const ConfigReader read_scaling(scaling);
+  // transformers reads "rope_type", older configs say "type".
+  const boost::json::value* kind = scaling.if_contains("rope_type");
+  if (kind == nullptr) kind = scaling.if_contains("type");
+  const std::string rope_type =
+      kind != nullptr && kind->is_string() ? std::string(kind->get_string()) : "";
+  TACHYON_ASSIGN_OR_RETURN(rope.scaling_factor, read_scaling.number_or("factor", 1.0));
+  if (!(rope.scaling_factor > 0)) {
+    return corrupt_data(fmt::format("RoPE scaling factor is {}, expected > 0",
+                                    rope.scaling_factor));
+  }
+  if (rope_type == "default") {
+    rope.scaling = RopeScaling::kNone;
+  } else if (rope_type == "linear") {
+    rope.scaling = RopeScaling::kLinear;
+  } else if (rope_type == "yarn") {
+    rope.scaling = RopeScaling::kYarn;
+    TACHYON_ASSIGN_OR_RETURN(
+        rope.original_context_length,
+        read_scaling.positive_or("original_max_position_embeddings", config.context_length));
+    TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_fast, read_scaling.number_or("beta_fast", 32.0));
+    TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_slow, read_scaling.number_or("beta_slow", 1.0));
+    // DeepSeek's mscale / mscale_all_dim (transformers' _compute_yarn_parameters and its
+    // DeepseekV2/V3 attention): cos and sin times m(mscale) / m(mscale_all_dim), the softmax
+    // scale times m(mscale_all_dim)^2, m(x) = 0.1 x ln(factor) + 1 (1 for factor <= 1).
+    TACHYON_ASSIGN_OR_RETURN(const double mscale, read_scaling.number_or("mscale", 0.0));
+    TACHYON_ASSIGN_OR_RETURN(const double mscale_all_dim,
+                             read_scaling.number_or("mscale_all_dim", 0.0));
+    auto m = [&](double x) {
+      return rope.scaling_factor <= 1 ? 1.0 : 0.1 * x * std::log(rope.scaling_factor) + 1.0;
+    };
+    if (mscale != 0 && mscale_all_dim != 0) {
+      rope.yarn_attention_factor = m(mscale) / m(mscale_all_dim);
+    } else if (rope.scaling_factor <= 1) {
+      rope.yarn_attention_factor = 1.0;
+    }
+    if (const boost::json::value* given = scaling.if_contains("attention_factor");
+        given != nullptr && given->is_number()) {
+      rope.yarn_attention_factor = given->to_number<double>();
+    }
+    if (deepseek && mscale_all_dim != 0) config.mla.softmax_mscale = mscale_all_dim;
+  } else if (rope_type == "llama3") {
+    // The frequency factors are computed from these when the weights load (as llama.cpp's
+    // converter stores them in rope_freqs.weight).
+    rope.scaling = RopeScaling::kLlama3;
+    rope.has_frequency_factors = true;
+  } else {
+    return unsupported(fmt::format("RoPE scaling \"{}\" is not supported (default, linear, yarn, "
+                                   "llama3)",
+                                   rope_type));
+  }
+  return Status();
+}
+
+// Mistral's "sliding_window" (every layer local; null or absent: none). Qwen2's optional
+// window over its upper layers (use_sliding_window) is not supported.
+Status read_sliding_window(const ConfigReader& read, const std::string& type,
+                           ModelConfig& config) {
+  if (type == "mistral" || type == "mixtral") {
+    TACHYON_ASSIGN_OR_RETURN(const int window, read.count_or("sliding_window", 0));
+    config.set_sliding_window(window);
+    return Status();
+  }
+  TACHYON_ASSIGN_OR_RETURN(const bool qwen_window, read.bool_or("use_sliding_window", false));
+  if (qwen_window) {
+    return unsupported(fmt::format("{} with \"use_sliding_window\": true is not supported", type));
+  }
+  return Status();
+}
+
+// Gemma 3 (transformers' Gemma3TextConfig): local layers from "layer_types" (else every
+// sliding_window_pattern-th layer global, 6), each kind's RoPE from "rope_parameters"
+// (transformers 5) or from rope_theta / rope_scaling (global) and rope_local_base_freq (local),
+// the softmax scaled by query_pre_attn_scalar, GeGLU, and no soft-capping or bidirectional
+// attention (checked).
+Status read_gemma3(const ConfigReader& read, ModelConfig& config) {
+  config.embedding_scale = std::sqrt(static_cast<float>(config.hidden_size));
+  config.post_norms = true;
+  const std::string activation = read.string_or("hidden_activation", "gelu_pytorch_tanh");
+  if (activation != "gelu_pytorch_tanh") {
+    return unsupported(fmt::format("Gemma 3 with hidden_activation \"{}\" is not supported "
+                                   "(gelu_pytorch_tanh)",
+                                   activation));
+  }
+  config.ffn_activation = FeedForwardActivation::kGeluTanh;
+  TACHYON_ASSIGN_OR_RETURN(config.attention_scale_dim,
+                           read.positive_or("query_pre_attn_scalar", 256, 1 << 20));
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    const boost::json::value* value = read.find(key);
+    if (value != nullptr && !value->is_null()) {
+      return unsupported(fmt::format("Gemma 3 with \"{}\" is not supported", key));
+    }
+  }
+  TACHYON_ASSIGN_OR_RETURN(const bool bidirectional,
+                           read.bool_or("use_bidirectional_attention", false));
+  if (bidirectional) return unsupported("bidirectional attention (EmbeddingGemma) is not supported");
+
+  TACHYON_ASSIGN_OR_RETURN(const int window, read.positive_or("sliding_window", 4096));
+  config.set_sliding_window(window);
+  if (const boost::json::value* types = read.find("layer_types");
+      types != nullptr && !types->is_null()) {
+    if (!types->is_array() || types->get_array().size() != static_cast<size_t>(config.num_layers)) {
+      return corrupt_data(fmt::format("config.json \"layer_types\" is not a list of {} layer "
+                                      "kinds",
+                                      config.num_layers));
+    }
+    for (int i = 0; i < config.num_layers; ++i) {
+      const boost::json::value& kind = types->get_array()[i];
+      const bool local = kind.is_string() && kind.get_string() == "sliding_attention";
+      if (!local && !(kind.is_string() && kind.get_string() == "full_attention")) {
+        return corrupt_data(fmt::format("config.json \"layer_types\"[{}] is {}, expected "
+                                        "\"sliding_attention\" or \"full_attention\"",
+                                        i, boost::json::serialize(kind)));
+      }
+      config.local_layers[i] = local;
+    }
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(const int pattern, read.positive_or("sliding_window_pattern", 6));
+    for (int i = 0; i < config.num_layers; ++i) config.local_layers[i] = (i + 1) % pattern != 0;
+  }
+
+  // RoPE: local layers unscaled at 10000, global ones at 1e6 with any scaling (defaults).
+  config.local_rope = config.rope;
+  TACHYON_ASSIGN_OR_RETURN(config.rope.freq_base, read.number_or("rope_theta", 1e6));
+  TACHYON_ASSIGN_OR_RETURN(config.local_rope.freq_base,
+                           read.number_or("rope_local_base_freq", 10000.0));
+  if (const boost::json::value* scaling = read.find("rope_scaling");
+      scaling != nullptr && !scaling->is_null()) {
+    if (!scaling->is_object()) return corrupt_data("config.json \"rope_scaling\" is not an object");
+    TACHYON_RETURN_IF_ERROR(read_rope_scaling(scaling->get_object(), false, config, config.rope));
+  }
+  if (const boost::json::value* parameters = read.find("rope_parameters");
+      parameters != nullptr && parameters->is_object()) {
+    for (auto [key, rope] : {std::pair<const char*, RopeConfig*>{"full_attention", &config.rope},
+                             {"sliding_attention", &config.local_rope}}) {
+      const boost::json::value* entry = parameters->get_object().if_contains(key);
+      if (entry == nullptr || !entry->is_object()) continue;
+      TACHYON_ASSIGN_OR_RETURN(rope->freq_base,
+                               ConfigReader(entry->get_object()).number_or("rope_theta",
+                                                                           rope->freq_base));
+      TACHYON_RETURN_IF_ERROR(read_rope_scaling(entry->get_object(), false, config, *rope));
+    }
+  }
+  if (config.rope.scaling == RopeScaling::kLlama3 || config.local_rope.scaling != RopeScaling::kNone) {
+    return unsupported("Gemma 3 takes linear or YaRN scaling on its global layers only");
+  }
+  return Status();
+}
+
 Result<ModelConfig> ModelConfig::from_hf_checkpoint(const HfCheckpoint& checkpoint) {
   return from_hf_config(checkpoint.config());
 }
@@ -170,7 +323,14 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
   // Mistral's and Mixtral's models are Llama's architecture under other names; DeepSeek-V2/V3
   // and Kimi-K2 are llama.cpp's deepseek2; Qwen3-MoE its qwen3moe.
   const bool deepseek = type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2";
-  if (type == "mistral" || type == "mixtral") {
+  const bool gemma = type == "gemma3_text";
+  if (type == "gemma3") {
+    return unsupported("Gemma 3's multimodal folders (model_type \"gemma3\") are not supported; "
+                       "the text-only ones (\"gemma3_text\", e.g. gemma-3-270m, gemma-3-1b) are");
+  }
+  if (gemma) {
+    config.architecture = "gemma3";
+  } else if (type == "mistral" || type == "mixtral") {
     config.architecture = "llama";
   } else if (deepseek) {
     config.architecture = "deepseek2";
@@ -212,7 +372,8 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
   TACHYON_ASSIGN_OR_RETURN(config.context_length, read.positive("max_position_embeddings"));
   TACHYON_ASSIGN_OR_RETURN(const double epsilon, read.number_or("rms_norm_eps", 1e-6));
   config.rms_norm_epsilon = static_cast<float>(epsilon);
-  TACHYON_ASSIGN_OR_RETURN(config.tied_embeddings, read.bool_or("tie_word_embeddings", false));
+  // Gemma ties its embeddings unless it says otherwise.
+  TACHYON_ASSIGN_OR_RETURN(config.tied_embeddings, read.bool_or("tie_word_embeddings", gemma));
 
   if (deepseek || type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe") {
     TACHYON_RETURN_IF_ERROR(read_experts(read, type, config));
@@ -223,65 +384,21 @@ Result<ModelConfig> ModelConfig::from_hf_config(const boost::json::object& json)
 
   RopeConfig& rope = config.rope;
   rope.dimensions = deepseek ? config.mla.qk_rope_head_dim : config.head_size;
-  TACHYON_ASSIGN_OR_RETURN(rope.freq_base, read.number_or("rope_theta", 10000.0));
-  const boost::json::value* scaling_value = json.if_contains("rope_scaling");
-  if (scaling_value != nullptr && !scaling_value->is_null()) {
-    if (!scaling_value->is_object()) {
-      return corrupt_data(fmt::format("config.json \"rope_scaling\" is {}, not an object",
-                                      boost::json::serialize(*scaling_value)));
-    }
-    const boost::json::object& scaling = scaling_value->get_object();
-    const ConfigReader read_scaling(scaling);
-    // transformers reads "rope_type", older configs say "type".
-    const boost::json::value* kind = scaling.if_contains("rope_type");
-    if (kind == nullptr) kind = scaling.if_contains("type");
-    const std::string rope_type =
-        kind != nullptr && kind->is_string() ? std::string(kind->get_string()) : "";
-    TACHYON_ASSIGN_OR_RETURN(rope.scaling_factor, read_scaling.number_or("factor", 1.0));
-    if (!(rope.scaling_factor > 0)) {
-      return corrupt_data(fmt::format("RoPE scaling factor is {}, expected > 0",
-                                      rope.scaling_factor));
-    }
-    if (rope_type == "default") {
-      rope.scaling = RopeScaling::kNone;
-    } else if (rope_type == "linear") {
-      rope.scaling = RopeScaling::kLinear;
-    } else if (rope_type == "yarn") {
-      rope.scaling = RopeScaling::kYarn;
-      TACHYON_ASSIGN_OR_RETURN(
-          rope.original_context_length,
-          read_scaling.positive_or("original_max_position_embeddings", config.context_length));
-      TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_fast, read_scaling.number_or("beta_fast", 32.0));
-      TACHYON_ASSIGN_OR_RETURN(rope.yarn_beta_slow, read_scaling.number_or("beta_slow", 1.0));
-      // DeepSeek's mscale / mscale_all_dim (transformers' _compute_yarn_parameters and its
-      // DeepseekV2/V3 attention): cos and sin times m(mscale) / m(mscale_all_dim), the softmax
-      // scale times m(mscale_all_dim)^2, m(x) = 0.1 x ln(factor) + 1 (1 for factor <= 1).
-      TACHYON_ASSIGN_OR_RETURN(const double mscale, read_scaling.number_or("mscale", 0.0));
-      TACHYON_ASSIGN_OR_RETURN(const double mscale_all_dim,
-                               read_scaling.number_or("mscale_all_dim", 0.0));
-      auto m = [&](double x) {
-        return rope.scaling_factor <= 1 ? 1.0 : 0.1 * x * std::log(rope.scaling_factor) + 1.0;
-      };
-      if (mscale != 0 && mscale_all_dim != 0) {
-        rope.yarn_attention_factor = m(mscale) / m(mscale_all_dim);
-      } else if (rope.scaling_factor <= 1) {
-        rope.yarn_attention_factor = 1.0;
+  if (gemma) {
+    TACHYON_RETURN_IF_ERROR(read_gemma3(read, config));
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(rope.freq_base, read.number_or("rope_theta", 10000.0));
+    const boost::json::value* scaling_value = json.if_contains("rope_scaling");
+    if (scaling_value != nullptr && !scaling_value->is_null()) {
+      if (!scaling_value->is_object()) {
+        return corrupt_data(fmt::format("config.json \"rope_scaling\" is {}, not an object",
+                                        boost::json::serialize(*scaling_value)));
       }
-      if (const boost::json::value* given = scaling.if_contains("attention_factor");
-          given != nullptr && given->is_number()) {
-        rope.yarn_attention_factor = given->to_number<double>();
-      }
-      if (deepseek && mscale_all_dim != 0) config.mla.softmax_mscale = mscale_all_dim;
-    } else if (rope_type == "llama3") {
-      // The frequency factors are computed from these when the weights load (as llama.cpp's
-      // converter stores them in rope_freqs.weight).
-      rope.scaling = RopeScaling::kLlama3;
-      rope.has_frequency_factors = true;
-    } else {
-      return unsupported(fmt::format("RoPE scaling \"{}\" is not supported (default, linear, yarn, "
-                                     "llama3)",
-                                     rope_type));
+      TACHYON_RETURN_IF_ERROR(read_rope_scaling(scaling_value->get_object(), deepseek, config,
+                                                rope));
     }
+    config.local_rope = rope;
+    TACHYON_RETURN_IF_ERROR(read_sliding_window(read, type, config));
   }
   TACHYON_RETURN_IF_ERROR(config.validate_attention_and_experts());
   return config;

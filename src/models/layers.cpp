@@ -84,6 +84,18 @@ struct SpanRunState {
                                       running_max.data(), running_sum.data(),
                                       accumulator.data());
   }
+  // Folds the tail of a span (positions offset .. offset + count - 1 of keys and values
+  // widened to f32, key_stride apart) into token i's rows alone: its sliding window starts
+  // inside the span. `query` is the token's first row's query.
+  void update_tail(int i, const float* query, float scale, int offset, int count,
+                   const float* keys_by_dimension, int64_t key_stride, const float* values) {
+    kernels::attention_span_update(query, 0, 1, group, head_size, scale, &count,
+                                   keys_by_dimension + offset, key_stride,
+                                   values + static_cast<int64_t>(offset) * head_size,
+                                   scores.data(), span, running_max.data() + i * group,
+                                   running_sum.data() + i * group,
+                                   accumulator.data() + static_cast<size_t>(i) * group * head_size);
+  }
   // Writes token i's normalised output to out + i * q_stride.
   void finish(int num_tokens, float* out, int64_t q_stride) const {
     for (int i = 0; i < num_tokens; ++i) {
@@ -93,6 +105,39 @@ struct SpanRunState {
     }
   }
 };
+
+// Sliding windows over one span starting at position span_start, for tokens at positions
+// first_position + i whose prefix of the span is visible[i] positions: a token whose window
+// starts inside that prefix, after its first position, cannot share the span's update (the
+// kernels take prefixes), so its visible[i] becomes 0 and tail_start[i] / tail_count[i] say
+// which positions of the span it folds alone (SpanRunState::update_tail, on keys widened to
+// f32 in every path, so a token's arithmetic does not depend on its batch); a token whose
+// window starts past the prefix sees none of it. tail_start[i] is -1 for tokens without a
+// tail. Returns whether any token has one.
+bool split_window_tails(int window, int first_position, int num_tokens, int span_start,
+                        int* visible, int* tail_start, int* tail_count) {
+  bool any = false;
+  for (int i = 0; i < num_tokens; ++i) {
+    tail_start[i] = -1;
+    const int window_start = first_position + i - window + 1;
+    if (window <= 0 || window_start <= span_start) continue;
+    const int offset = window_start - span_start;
+    if (offset < visible[i]) {
+      tail_start[i] = offset;
+      tail_count[i] = visible[i] - offset;
+      any = true;
+    }
+    visible[i] = 0;
+  }
+  return any;
+}
+
+// The first position any of a run's tokens (the first at first_position) sees, rounded down to
+// a multiple of `span`.
+int first_visible_span(int window, int first_position, int span) {
+  if (window <= 0) return 0;
+  return std::max(0, first_position - window + 1) / span * span;
+}
 
 // True when attention reads `cache`'s blocks in place (f16 or q8 keys and values, each stored
 // apart, in a layout the active kernel takes for heads of `head_size`).
@@ -160,15 +205,43 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                     int item_tokens, const float* head_data) {
     state.size(kTokensPerItem, rows, head_size, kSpan);
     state.reset(item_tokens);
-    const int item_positions = start_position + first_token + item_tokens;
+    const int item_first = start_position + first_token;
+    const int item_positions = item_first + item_tokens;
     const int64_t offset =
         first_token * q_stride + static_cast<int64_t>(kv_head * group + first_row) * head_size;
-    for (int span_start = 0; span_start < item_positions; span_start += kSpan) {
+    for (int span_start = first_visible_span(shape.window, item_first, kSpan);
+         span_start < item_positions; span_start += kSpan) {
       const int span_count = std::min(kSpan, item_positions - span_start);
       int visible[kTokensPerItem];
       for (int i = 0; i < item_tokens; ++i) {
-        visible[i] = std::clamp(start_position + first_token + i + 1 - span_start, 0, span_count);
+        visible[i] = std::clamp(item_first + i + 1 - span_start, 0, span_count);
       }
+      int tail_start[kTokensPerItem];
+      int tail_count[kTokensPerItem];
+      if (split_window_tails(shape.window, item_first, item_tokens, span_start, visible,
+                             tail_start, tail_count)) {
+        thread_local AlignedVector<float> span_keys;    // f32 [head_size, kSpan]
+        thread_local AlignedVector<float> span_values;  // f32 [kSpan, head_size]
+        const float* keys = nullptr;
+        const float* values = nullptr;
+        if (head_data != nullptr) {
+          keys = head_data + (span_start / kSpan) * 2 * span_floats;
+          values = keys + span_floats;
+        } else {
+          span_keys.resize(static_cast<size_t>(span_floats));
+          span_values.resize(static_cast<size_t>(span_floats));
+          cache.load_span(layer, kv_head, head_size, span_start, span_count, span_keys.data(),
+                          kSpan, span_values.data());
+          keys = span_keys.data();
+          values = span_values.data();
+        }
+        for (int i = 0; i < item_tokens; ++i) {
+          if (tail_start[i] < 0) continue;
+          state.update_tail(i, queries + offset + i * q_stride, shape.scale, tail_start[i],
+                            tail_count[i], keys, kSpan, values);
+        }
+      }
+      if (std::all_of(visible, visible + item_tokens, [](int v) { return v == 0; })) continue;
       if (head_data == nullptr && cache.type() == DType::kQ8_0 &&
           span_start + kSpan < item_positions) {
         // Reading q8 in place: the next span comes in while this one is computed (a decode
@@ -307,16 +380,21 @@ void causal_attention_llamacpp(const AttentionShape& shape, const float* queries
         for (int g = 0; g < group; ++g) {
           const int64_t offset =
               t * q_stride + static_cast<int64_t>(kv_head * group + g) * head_size;
-          const int visible = start_position + t + 1;
+          // A sliding window: the positions from its start on.
+          const int first = shape.window > 0 ? std::max(0, start_position + t - shape.window + 1)
+                                             : 0;
+          const int visible = start_position + t + 1 - first;
+          const float* row_keys = keys.data() + static_cast<int64_t>(first) * head_size;
+          const float* row_values = values.data() + static_cast<int64_t>(first) * head_size;
           if (num_tokens >= llamacpp::kTiledAttentionRows) {
-            llamacpp::attention_row_tiled(queries + offset, keys.data(), values.data(), visible,
+            llamacpp::attention_row_tiled(queries + offset, row_keys, row_values, visible,
                                           head_size, shape.scale, out + offset);
           } else if (split) {
-            llamacpp::attention_row_split(queries + offset, keys.data(), values.data(), visible,
+            llamacpp::attention_row_split(queries + offset, row_keys, row_values, visible,
                                           head_size, shape.scale, split_chunk, out + offset);
           } else {
-            llamacpp::attention_row(queries + offset, keys.data(), values.data(), visible,
-                                    head_size, shape.scale, out + offset);
+            llamacpp::attention_row(queries + offset, row_keys, row_values, visible, head_size,
+                                    shape.scale, out + offset);
           }
         }
       }
@@ -355,7 +433,8 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   // widened + i * 2 * span_floats.
   struct Widened {
     int sequence;
-    int num_spans;
+    int lowest_span;     // the span of its first visible position (sliding windows: > 0)
+    int num_spans;       // from lowest_span on
     int64_t first_span;  // number of its first head's first span
   };
   // Reused between calls. Workers reach them through these references: naming a thread_local
@@ -385,9 +464,11 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
           {s, sequence.first_token + t, std::min(kTokensPerRun, sequence.num_tokens - t)});
     }
     if (sequence.num_tokens > kTokensPerRun && !q8_in_place) {
-      const int num_spans = (sequence.start_position + sequence.num_tokens + span - 1) / span;
+      const int lowest_span = first_visible_span(shape.window, sequence.start_position, span) / span;
+      const int num_spans =
+          (sequence.start_position + sequence.num_tokens + span - 1) / span - lowest_span;
       widened_index[s] = static_cast<int>(widened_sequences.size());
-      widened_sequences.push_back({s, num_spans, widened_spans});
+      widened_sequences.push_back({s, lowest_span, num_spans, widened_spans});
       widened_spans += static_cast<int64_t>(num_spans) * shape.num_kv_heads;
     }
   }
@@ -399,11 +480,15 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
   const size_t widened_floats = static_cast<size_t>(widened_spans * 2 * span_floats);
   if (widened.size() < widened_floats) widened.resize(widened_floats);
   // Keys (transposed, stride `span`) and values of positions [span_start, span_start + count)
-  // of a sequence's KV head.
+  // of a sequence's KV head; with a sliding window, only the blocks from the one holding the
+  // sequence's first visible position (those before may be freed).
   auto load_span = [&](const BatchSequence& sequence, int kv_head, int span_start, int count,
                        float* keys, float* values) {
+    const int first_needed =
+        shape.window > 0 ? std::max(0, sequence.start_position - shape.window + 1) : 0;
     for (int offset = 0; offset < count; offset += block_size) {
       const int block = (span_start + offset) / block_size;
+      if ((block + 1) * block_size <= first_needed) continue;
       cache.load_block(layer, kv_head, sequence.block_table[block],
                        std::min(block_size, count - offset), keys + offset, span,
                        values + static_cast<size_t>(offset) * head_size);
@@ -420,7 +505,9 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
         const BatchSequence& sequence = batch.sequences[widened_sequence.sequence];
         const int64_t index = item - widened_sequence.first_span;  // kv_head * num_spans + span
         const int kv_head = static_cast<int>(index / widened_sequence.num_spans);
-        const int span_start = static_cast<int>(index % widened_sequence.num_spans) * span;
+        const int span_start =
+            (widened_sequence.lowest_span + static_cast<int>(index % widened_sequence.num_spans)) *
+            span;
         float* keys = widened.data() + item * 2 * span_floats;
         load_span(sequence, kv_head, span_start,
                   std::min(span, sequence.start_position + sequence.num_tokens - span_start),
@@ -439,11 +526,14 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     thread_local AlignedVector<float> values;             // f32 [span, head_size]
     const BatchSequence& sequence = batch.sequences[run.sequence];
     const int widened_at = widened_index[run.sequence];
-    const float* head_spans = nullptr;  // this head's first widened span, if widened
+    // This head's widened span of lowest_span, if widened.
+    const float* head_spans = nullptr;
+    int lowest_span = 0;
     if (widened_at >= 0) {
       const Widened& w = widened_sequences[widened_at];
       head_spans = widened.data() + (w.first_span + kv_head * w.num_spans) * 2 * span_floats;
-    } else if (!read_in_place) {
+      lowest_span = w.lowest_span;
+    } else if (!read_in_place || shape.window > 0) {
       keys_by_dimension.resize(static_cast<size_t>(head_size) * span);
       values.resize(static_cast<size_t>(span) * head_size);
     }
@@ -455,12 +545,33 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     // before). Cache positions, not RoPE's batch.positions: they differ after SnapKV.
     const int run_first = sequence.start_position + (run.first_token - sequence.first_token);
     const int run_end = run_first + run.num_tokens;
-    for (int span_start = 0; span_start < run_end; span_start += span) {
+    for (int span_start = first_visible_span(shape.window, run_first, span);
+         span_start < run_end; span_start += span) {
       const int span_count = std::min(span, run_end - span_start);
       int visible[kTokensPerRun];
       for (int i = 0; i < run.num_tokens; ++i) {
         visible[i] = std::clamp(run_first + i + 1 - span_start, 0, span_count);
       }
+      int tail_start[kTokensPerRun];
+      int tail_count[kTokensPerRun];
+      if (split_window_tails(shape.window, run_first, run.num_tokens, span_start, visible,
+                             tail_start, tail_count)) {
+        const float* span_keys = keys_by_dimension.data();
+        const float* span_values = values.data();
+        if (head_spans != nullptr) {
+          span_keys = head_spans + (span_start / span - lowest_span) * 2 * span_floats;
+          span_values = span_keys + span_floats;
+        } else {
+          load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
+                    values.data());
+        }
+        for (int i = 0; i < run.num_tokens; ++i) {
+          if (tail_start[i] < 0) continue;
+          state.update_tail(i, queries + offset + i * q_stride, shape.scale, tail_start[i],
+                            tail_count[i], span_keys, span, span_values);
+        }
+      }
+      if (std::all_of(visible, visible + run.num_tokens, [](int v) { return v == 0; })) continue;
       if (head_spans == nullptr && read_in_place && cache.type() == DType::kQ8_0) {
         // The next span's blocks come in while this one is computed (as in causal_attention).
         for (int b = (span_start + span) / block_size; b * block_size < run_end &&
@@ -501,7 +612,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       const float* span_keys = keys_by_dimension.data();
       const float* span_values = values.data();
       if (head_spans != nullptr) {
-        span_keys = head_spans + (span_start / span) * 2 * span_floats;
+        span_keys = head_spans + (span_start / span - lowest_span) * 2 * span_floats;
         span_values = span_keys + span_floats;
       } else {
         load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),

@@ -22,10 +22,13 @@ struct AttentionShape {
   int num_kv_heads;  // key/value heads; query head h reads kv head h / (num_heads/num_kv_heads)
   int head_size;
   float scale;       // usually 1/sqrt(head_size)
+  // Sliding-window (local) attention: the token at position p sees only positions
+  // p - window + 1 .. p. 0: every earlier position.
+  int window = 0;
 };
 
 // For each of `num_tokens` queries (token t sits at position start_position + t and sees
-// positions 0..start_position + t), softmax(q·K·scale)·V, keeping one row of scores per query
+// positions 0..start_position + t, or its shape.window last ones), softmax(q·K·scale)·V, keeping one row of scores per query
 // (memory grows with the context, never with tokens × context).
 // queries: f32 [num_tokens, num_heads * head_size]
 // `layer` of `cache` already holds this batch's keys and values; the arithmetic is f32

@@ -23,6 +23,7 @@ constexpr ArchitectureTraits kArchitectures[] = {
     {"qwen3moe", RopeLayout::kNeox, false, true},
     // MLA's rotary dimensions are stored in adjacent pairs, unpermuted.
     {"deepseek2", RopeLayout::kAdjacentPairs, false, false},
+    {"gemma3", RopeLayout::kNeox, false, true},
 };
 
 class MetadataReader {
@@ -81,11 +82,24 @@ Status ModelConfig::set_architecture_traits() {
     }
   }
   return unsupported(fmt::format("architecture '{}' is not supported; supported: llama, qwen2, "
-                                 "qwen3, qwen2moe, qwen3moe, deepseek2",
+                                 "qwen3, qwen2moe, qwen3moe, deepseek2, gemma3",
                                  architecture));
 }
 
+void ModelConfig::set_sliding_window(int window) {
+  sliding_window = window;
+  local_layers.assign(window > 0 ? num_layers : 0, true);
+}
+
 Status ModelConfig::validate_attention_and_experts() const {
+  if (sliding_window < 0 ||
+      (sliding_window > 0 && static_cast<int>(local_layers.size()) != num_layers)) {
+    return corrupt_data(fmt::format("sliding window {} over {} layer kinds for {} layers",
+                                    sliding_window, local_layers.size(), num_layers));
+  }
+  if (sliding_window > 0 && mla.enabled()) {
+    return unsupported("sliding-window attention with MLA is not supported");
+  }
   if (mla.enabled()) {
     if (mla.qk_nope_head_dim < 1 || mla.qk_rope_head_dim < 2 || mla.qk_rope_head_dim % 2 != 0 ||
         mla.v_head_dim < 1 || mla.q_lora_rank < 0) {
@@ -211,6 +225,40 @@ Status read_gguf_latent_attention(const MetadataReader& meta, ModelConfig& confi
   return Status();
 }
 
+// `<arch>.attention.sliding_window`: Gemma 3's layers alternate (llama.cpp's rule: every
+// pattern-th layer global, pattern 6 unless the file says); any other architecture's are all
+// local (Mistral's).
+Status read_gguf_sliding_window(const MetadataReader& meta, ModelConfig& config) {
+  TACHYON_ASSIGN_OR_RETURN(const int window, meta.count_or("attention.sliding_window", 0));
+  config.set_sliding_window(window);
+  if (window == 0 || config.architecture != "gemma3") return Status();
+  TACHYON_ASSIGN_OR_RETURN(const int pattern,
+                           meta.count_or("attention.sliding_window_pattern", 6, 4096));
+  for (int i = 0; i < config.num_layers; ++i) {
+    config.local_layers[i] = pattern == 0 || (i + 1) % pattern != 0;
+  }
+  return Status();
+}
+
+// Gemma 3's traits as llama.cpp reads them: local layers' RoPE at base 10000 unscaled, the
+// softmax scaled by 1/sqrt(head size) (by 1/sqrt(hidden / heads) for the 62-layer 27B, whose
+// query_pre_attn_scalar the file does not carry), no logit soft-capping.
+Status read_gguf_gemma3(const MetadataReader& meta, ModelConfig& config) {
+  config.embedding_scale = std::sqrt(static_cast<float>(config.hidden_size));
+  config.post_norms = true;
+  config.ffn_activation = FeedForwardActivation::kGeluTanh;
+  config.local_rope.freq_base = 10000.0;
+  config.local_rope.scaling = RopeScaling::kNone;
+  config.local_rope.scaling_factor = 1.0;
+  config.attention_scale_dim = config.num_layers == 62 ? config.hidden_size / config.num_heads
+                                                       : config.head_size;
+  const double softcap = meta.optional_float("final_logit_softcapping").value_or(0.0);
+  if (softcap != 0.0) {
+    return unsupported(fmt::format("final logit soft-capping ({}) is not supported", softcap));
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
@@ -302,6 +350,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
     if (rope.scaling == RopeScaling::kNone) rope.scaling = RopeScaling::kLlama3;
   }
   config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  config.local_rope = rope;
+  TACHYON_RETURN_IF_ERROR(read_gguf_sliding_window(meta, config));
+  if (config.architecture == "gemma3") TACHYON_RETURN_IF_ERROR(read_gguf_gemma3(meta, config));
 
   const GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");
   if (!embedding) return corrupt_data("tensor 'token_embd.weight' is missing");

@@ -85,8 +85,13 @@ struct MixtureOfExpertsConfig {
   bool layer_has_experts(int layer) const { return enabled() && layer >= first_dense_layers; }
 };
 
+// The feed-forward block's gate activation: silu (SwiGLU) or gelu with the tanh approximation
+// (GeGLU: Gemma).
+enum class FeedForwardActivation { kSilu, kGeluTanh };
+
 struct ModelConfig {
-  std::string architecture;  // "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "deepseek2"
+  // "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "deepseek2", "gemma3"
+  std::string architecture;
   int num_layers = 0;
   int hidden_size = 0;
   int ffn_size = 0;
@@ -100,6 +105,21 @@ struct ModelConfig {
   bool qk_norm = false;        // Qwen3: per-head RMSNorm on Q and K before RoPE
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeConfig rope;
+  // Sliding-window (local) attention: in a local layer the token at position p attends only to
+  // positions p - sliding_window + 1 .. p. 0: every layer attends to everything. Gemma 3
+  // interleaves local and global layers (five local, then one global); Mistral's are all local.
+  int sliding_window = 0;
+  std::vector<bool> local_layers;  // [num_layers]; empty when sliding_window is 0
+  // The local layers' RoPE (Gemma 3: base 10000, unscaled); the same as `rope` otherwise.
+  RopeConfig local_rope;
+  // Gemma 3's block: the embeddings times sqrt(hidden), an RMSNorm on each block's output
+  // before its residual add (post_attention_norm, post_ffw_norm), GeGLU.
+  float embedding_scale = 1.0f;
+  bool post_norms = false;
+  FeedForwardActivation ffn_activation = FeedForwardActivation::kSilu;
+  // The softmax's scale is 1/sqrt(attention_scale_dim) (Gemma's query_pre_attn_scalar);
+  // 0: 1/sqrt(head_size).
+  int attention_scale_dim = 0;
   // With MLA, num_kv_heads is 1 and head_size the latent's size: queries are [num_heads,
   // latent] after absorption, the cache holds one latent per token.
   LatentAttentionConfig mla;
@@ -109,15 +129,19 @@ struct ModelConfig {
   int num_mtp_layers = 0;
 
   int q_size() const { return num_heads * head_size; }
+  bool layer_is_local(int layer) const {
+    return sliding_window > 0 && local_layers[static_cast<size_t>(layer)];
+  }
+  bool has_local_layers() const { return sliding_window > 0; }
   // MLA's cached latent serves as both key and value: caches store it once.
   bool kv_values_are_keys() const { return mla.enabled(); }
   int kv_size() const { return num_kv_heads * head_size; }
 
   // Supported architectures: llama (Llama 2/3, Mistral, SmolLM, Mixtral), qwen2, qwen3,
-  // qwen2moe, qwen3moe, deepseek2 (DeepSeek-V2/V3, Kimi-K2, Moonlight).
+  // qwen2moe, qwen3moe, deepseek2 (DeepSeek-V2/V3, Kimi-K2, Moonlight), gemma3 (text).
   static Result<ModelConfig> from_gguf(const GgufFile& file);
   // The same from config.json (model_type llama, mistral, mixtral, qwen2, qwen3, qwen2_moe,
-  // qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2).
+  // qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gemma3_text).
   static Result<ModelConfig> from_hf_checkpoint(const HfCheckpoint& checkpoint);
   // The same from config.json's parsed object.
   static Result<ModelConfig> from_hf_config(const boost::json::object& config);
@@ -125,8 +149,11 @@ struct ModelConfig {
   // Sets the RoPE layout, qkv_bias and qk_norm that `architecture` implies; unsupported when
   // it is none of the supported ones.
   Status set_architecture_traits();
-  // Checks the MLA and MoE numbers against each other (e.g. no more experts used than exist).
+  // Checks the MLA and MoE numbers against each other (e.g. no more experts used than exist)
+  // and the sliding window against the layers.
   Status validate_attention_and_experts() const;
+  // Every layer local (sliding_window > 0) or none; Gemma 3 sets its own pattern.
+  void set_sliding_window(int window);
 };
 
 // llama3 RoPE scaling's per-pair frequency divisors (f32 [head_size / 2]) from config.json's

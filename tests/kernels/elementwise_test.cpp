@@ -72,6 +72,24 @@ TEST(ElementwiseKernelTest, SwigluAndAddMatchReference) {
   }
 }
 
+TEST(ElementwiseKernelTest, GegluMatchesReference) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal;
+  for (int64_t size : {1, 15, 16, 17, 2048, 10001}) {
+    std::vector<float> gate(size), up(size), out(size), expected(size);
+    for (float& v : gate) v = normal(rng) * 6.0f;  // gelu's flat negative end and linear end
+    for (float& v : up) v = normal(rng);
+    kernels::geglu(gate.data(), up.data(), size, out.data());
+    reference::geglu(gate.data(), up.data(), size, expected.data());
+    for (int64_t i = 0; i < size; ++i) {
+      EXPECT_NEAR(out[i], expected[i], 2e-6f * std::max(1.0f, std::abs(expected[i]))) << i;
+    }
+    std::vector<float> in_place = gate;
+    kernels::geglu(in_place.data(), up.data(), size, in_place.data());
+    EXPECT_EQ(in_place, out);
+  }
+}
+
 // The first largest value's index, as a scan from -inf keeping strictly greater values finds it.
 int64_t scan_argmax(const std::vector<float>& x) {
   int64_t best = 0;

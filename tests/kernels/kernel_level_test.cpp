@@ -25,6 +25,7 @@ void run_every_family() {
   std::vector<float> x(kSize, 0.5f), weight(kSize, 1.0f), out(kSize), y(kSize, 0.25f);
   rms_norm(x.data(), weight.data(), kSize, 1e-6f, out.data());
   swiglu(x.data(), y.data(), kSize, out.data());
+  geglu(x.data(), y.data(), kSize, out.data());
   EXPECT_EQ(argmax(weight.data(), kSize), 0);
 
   std::vector<float> cos(kSize / 2, 1.0f), sin(kSize / 2, 0.0f);

@@ -17,6 +17,10 @@ void add_rms_norm(float* x, const float* y, const float* weight, int size, float
 // out = silu(gate) * up (SwiGLU). gate, up, out: f32 [size]; out may be gate.
 void swiglu(const float* gate, const float* up, int64_t size, float* out);
 
+// out = gelu_tanh(gate) * up (GeGLU, Gemma's feed-forward; gelu with the tanh approximation,
+// PyTorch's gelu(approximate="tanh")). gate, up, out: f32 [size]; out may be gate.
+void geglu(const float* gate, const float* up, int64_t size, float* out);
+
 // x += y. x, y: f32 [size]
 void add_in_place(float* x, const float* y, int64_t size);
 

@@ -1,6 +1,7 @@
 #include "kernels/reference/elementwise.h"
 
 #include <cmath>
+#include <numbers>
 
 namespace tachyon::reference {
 
@@ -15,6 +16,14 @@ void swiglu(const float* gate, const float* up, int64_t size, float* out) {
   for (int64_t i = 0; i < size; ++i) {
     const double g = gate[i];
     out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void geglu(const float* gate, const float* up, int64_t size, float* out) {
+  for (int64_t i = 0; i < size; ++i) {
+    const double g = gate[i];
+    const double u = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
+    out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(u)) * up[i]);
   }
 }
 
