@@ -41,3 +41,5 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 fi
 
 "$root/scripts/fetch_model.sh"
+# Gemma 3 270M: the sliding-window model the KV-memory tests and benchmarks run.
+"$root/scripts/fetch_model.sh" gemma3

@@ -44,6 +44,9 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
         "speculative draft tokens {} is not in 0..64 (or a negative sequence or cache limit)",
         speculative.max_draft_tokens));
   }
+  if (options.snapkv_budget != 0 && config.has_local_layers()) {
+    return unsupported(kWindowModelsKeepTheirCache);
+  }
   if (options.snapkv_budget != 0 && (options.snapkv_budget < 64 || config.mla.enabled())) {
     return invalid_argument(
         config.mla.enabled()

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine_options.h"
 #include "speculative/acceptance_rate.h"
 #include "speculative/lookup_proposer.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -114,10 +115,18 @@ void Generator::drop_for_sink(std::vector<TokenId>& view, int& dropped) {
   dropped += chunk;
 }
 
+Status Generator::check_cache_policies() const {
+  if ((sink_ || snapkv_budget_ > 0) && model_.config().has_local_layers()) {
+    return unsupported(kWindowModelsKeepTheirCache);
+  }
+  return Status();
+}
+
 Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
                                              const SamplingParams& params,
                                              const std::function<void(std::string_view)>& on_text,
                                              const std::atomic<bool>* cancel) {
+  TACHYON_RETURN_IF_ERROR(check_cache_policies());
   TACHYON_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(params, tokenizer_.vocabulary_size()));
   GenerationOutput output;
   output.prompt_tokens = static_cast<int>(prompt.size());

@@ -53,14 +53,15 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   size_t position = 0;
   while (position < text.size()) {
     TokenId matched = -1;
-    if (options.parse_special) {
-      auto it = special_by_first_byte_.find(static_cast<unsigned char>(text[position]));
-      if (it != special_by_first_byte_.end()) {
-        for (TokenId id : it->second) {
-          if (text.substr(position).starts_with(vocabulary_.tokens[id])) {
-            matched = id;
-            break;
-          }
+    // User-defined tokens (Gemma's runs of spaces, tabs and newlines) are matched whole even
+    // when special tokens are not parsed, as llama.cpp and SentencePiece do.
+    auto it = special_by_first_byte_.find(static_cast<unsigned char>(text[position]));
+    if (it != special_by_first_byte_.end()) {
+      for (TokenId id : it->second) {
+        if (!options.parse_special && vocabulary_.types[id] != TokenType::kUserDefined) continue;
+        if (text.substr(position).starts_with(vocabulary_.tokens[id])) {
+          matched = id;
+          break;
         }
       }
     }

@@ -16,7 +16,8 @@
 namespace tachyon {
 
 struct EncodeOptions {
-  bool parse_special = true;  // text that spells a special token becomes that token
+  // Text that spells a special token becomes that token (user-defined tokens always do).
+  bool parse_special = true;
   bool add_special = false;   // add BOS/EOS as the vocabulary asks
 };
 

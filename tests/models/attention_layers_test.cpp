@@ -2,7 +2,8 @@
 // blocks lie anywhere in a paged cache gives each token exactly what causal_attention gives it
 // over the same sequence in a contiguous cache, for prompt chunks (whose blocks are widened once
 // per call) and single decode tokens alike, mixed in one batch or alone; f16 and q8 caches read
-// in place or widened alike. And q8 caches stay within their rounding of exact (f32) ones.
+// in place or widened alike, with and without sliding windows; exact (f32) caches match softmax
+// attention written out in double. And q8 caches stay within their rounding of exact ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,44 @@ struct SequenceCase {
   int context;         // positions in the cache once this step's tokens are stored
   int start_position;  // of this step's first token
 };
+
+// Softmax attention written out in double, position by position (a sliding window limits the
+// positions each token sees): an exact cache's output stays within f32 rounding of it.
+void expect_naive_attention(const AttentionShape& shape, const float* queries, int start_position,
+                            int context, const std::vector<float>& keys,
+                            const std::vector<float>& values, const std::vector<float>& out) {
+  const int kv_size = shape.num_kv_heads * shape.head_size;
+  const int q_size = shape.num_heads * shape.head_size;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  for (int p = start_position; p < context; ++p) {
+    const int first = shape.window > 0 ? std::max(0, p - shape.window + 1) : 0;
+    for (int h = 0; h < shape.num_heads; ++h) {
+      const float* q = queries + static_cast<size_t>(p - start_position) * q_size + h * shape.head_size;
+      const int kv_offset = (h / group) * shape.head_size;
+      std::vector<double> scores;
+      double top = -1e300;
+      for (int k = first; k <= p; ++k) {
+        double dot = 0;
+        for (int d = 0; d < shape.head_size; ++d) {
+          dot += static_cast<double>(q[d]) * keys[static_cast<size_t>(k) * kv_size + kv_offset + d];
+        }
+        scores.push_back(dot * shape.scale);
+        top = std::max(top, scores.back());
+      }
+      double sum = 0;
+      for (double& score : scores) sum += (score = std::exp(score - top));
+      for (int d = 0; d < shape.head_size; ++d) {
+        double value = 0;
+        for (int k = first; k <= p; ++k) {
+          value += scores[k - first] * values[static_cast<size_t>(k) * kv_size + kv_offset + d];
+        }
+        const float got = out[static_cast<size_t>(p - start_position) * q_size + h * shape.head_size + d];
+        ASSERT_NEAR(got, value / sum, 2e-5) << "position " << p << " head " << h << " window "
+                                            << shape.window;
+      }
+    }
+  }
+}
 
 // The data depend only on the shape and cases (not the type); `paged_result`, if given, receives
 // paged_attention's output.
@@ -103,6 +142,10 @@ void check_batch(const AttentionShape& shape, DType cache_type,
     EXPECT_EQ(0, std::memcmp(out.data(), batch_rows, out.size() * sizeof(float)))
         << "sequence " << s << " (context " << c.context << ", start " << c.start_position
         << ") threads " << threads;
+    if (cache_type == DType::kF32) {
+      expect_naive_attention(shape, queries.data() + static_cast<size_t>(sequence.first_token) * q_size,
+                             c.start_position, c.context, keys[s], values[s], out);
+    }
   }
 }
 
@@ -161,6 +204,23 @@ TEST(AttentionLayersTest, Q8StaysWithinItsRoundingOfF32) {
   EXPECT_LT(worst_f16, 0.002);
   EXPECT_GT(worst, worst_f16);  // the comparison sees the rounding at all
   std::printf("q8 vs f32: worst %.5f mean %.6f (f16 worst %.6f)\n", worst, mean, worst_f16);
+}
+
+// Sliding windows (Gemma 3's local layers, Mistral): each token sees only its last `window`
+// positions, the window starting anywhere in a span or block (its tail folded alone on widened
+// keys in every path), in prompt chunks and decode steps, alone or batched, f16 and q8 read in
+// place or widened: still bit for bit the contiguous cache's result, and the exact one.
+TEST(AttentionLayersTest, SlidingWindowsSeeOnlyTheirWindow) {
+  for (int window : {1, 16, 50, 128, 129, 200}) {
+    const AttentionShape shape{4, 2, 64, 0.125f, window};
+    for (DType type : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+      for (int threads : {1, 2}) {
+        check_batch(shape, type, {{300, 100}, {58, 57}, {20, 0}, {37, 5}, {400, 399}}, threads);
+        check_batch(shape, type, {{700, 699}}, threads);
+        check_batch(shape, type, {{270, 130}}, threads);
+      }
+    }
+  }
 }
 
 TEST(AttentionLayersTest, OddHeadsAndGroups) {

@@ -1,7 +1,8 @@
-// The serving engine's invariants on MoE and MLA models (tiny random DeepSeek-V3, DeepSeek-V2
-// and Qwen3-MoE shapes from tools/tiny_models.py): a request's tokens are the same alone or in
-// a mixed batch of 16, from a prefix-cache hit or cold, preempted and resumed or not; every
-// KV block comes back.
+// The serving engine's invariants on MoE, MLA and sliding-window models (tiny random
+// DeepSeek-V3, DeepSeek-V2, Qwen3-MoE, Gemma 3 and Mistral shapes from tools/tiny_models.py,
+// the windows of 5 to 12 positions shorter than most prompts): a request's tokens are the same
+// alone or in a mixed batch of 16, from a prefix-cache hit or cold, preempted and resumed or
+// not; every KV block comes back.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -126,7 +127,8 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
 INSTANTIATE_TEST_SUITE_P(Tiny, ExpertModelEngineTest,
                          ::testing::Values("deepseek_v3_groups", "deepseek_v2_lite",
                                            "kimi_k2_tiny", "mixtral_tiny", "qwen3_moe_tiny",
-                                           "qwen2_moe_tiny"));
+                                           "qwen2_moe_tiny", "gemma3_tiny", "gemma3_mqa_linear",
+                                           "mistral_window"));
 
 }  // namespace
 }  // namespace tachyon
