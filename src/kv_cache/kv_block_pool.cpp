@@ -34,6 +34,7 @@ std::optional<std::vector<BlockId>> KvBlockPool::allocate(int count) {
 
 void KvBlockPool::release(std::span<const BlockId> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    if (*it == kNoBlock) continue;  // a window's freed entry
     Block& block = blocks_[*it];
     TACHYON_CHECK(block.references > 0);
     if (--block.references > 0) continue;

@@ -22,6 +22,8 @@
 namespace tachyon {
 
 using BlockId = int32_t;
+// A block table's entry for positions whose block was freed (sliding windows).
+inline constexpr BlockId kNoBlock = -1;
 
 class KvBlockPool {
  public:
@@ -37,12 +39,14 @@ class KvBlockPool {
   // evicting cached blocks, oldest first. nullopt (and nothing taken) if there are too few.
   std::optional<std::vector<BlockId>> allocate(int count);
 
-  // Drops one reference to each block. Blocks that reach zero become cached (with a hash) or
+  // Drops one reference to each block (kNoBlock entries are skipped). Blocks that reach zero become cached (with a hash) or
   // free. Blocks are released in reverse order, so a sequence's tail is evicted before its head.
   void release(std::span<const BlockId> blocks);
 
   // The cached or held block named `hash`, with one more reference; nullopt if none.
   std::optional<BlockId> take_cached(const BlockHash& hash);
+  // Whether a block is named `hash` (nothing taken).
+  bool contains(const BlockHash& hash) const { return by_hash_.contains(hash); }
 
   // Names a full, computed block so that later requests can reuse it. A block already named
   // or a hash already owned by another block is left as it is.

@@ -26,29 +26,45 @@ size_t PagedKvCache::block_bytes(int num_layers, int kv_size, int block_size, DT
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(int num_layers, int num_kv_heads,
                                                            int head_size, int num_blocks,
                                                            int block_size, DType type,
-                                                           bool values_are_keys) {
+                                                           bool values_are_keys,
+                                                           std::vector<bool> local_layers,
+                                                           int num_local_blocks) {
   TACHYON_RETURN_IF_ERROR(check_kv_cache_type(type, head_size));
-  if (num_blocks <= 0 || block_size <= 0) {
-    return invalid_argument(fmt::format("a KV cache needs blocks: {} blocks of {} tokens",
-                                        num_blocks, block_size));
+  const bool split = !local_layers.empty();
+  if (num_blocks <= 0 || block_size <= 0 || (split && num_local_blocks <= 0)) {
+    return invalid_argument(fmt::format("a KV cache needs blocks: {} blocks (and {} for local "
+                                        "layers) of {} tokens",
+                                        num_blocks, num_local_blocks, block_size));
   }
-  const size_t one_block =
-      block_bytes(num_layers, num_kv_heads * head_size, block_size, type, values_are_keys);
-  if (one_block > SIZE_MAX / static_cast<size_t>(num_blocks)) {
-    return out_of_range(fmt::format("cannot allocate {} blocks of {} MiB for the KV cache",
-                                    num_blocks, one_block >> 20));
+  if (split && static_cast<int>(local_layers.size()) != num_layers) {
+    return invalid_argument("the local layers' list does not cover every layer");
   }
-  const size_t bytes = one_block * num_blocks;
+  const size_t layer_block =
+      block_bytes(1, num_kv_heads * head_size, block_size, type, values_are_keys);
+  std::vector<size_t> layer_offset;
+  size_t bytes = 0;
+  for (int layer = 0; layer < num_layers; ++layer) {
+    const size_t blocks = split && local_layers[layer] ? num_local_blocks : num_blocks;
+    if (layer_block > (SIZE_MAX - bytes) / blocks) {
+      return out_of_range(fmt::format("cannot allocate {} blocks of {} MiB for the KV cache",
+                                      num_blocks, (layer_block * num_layers) >> 20));
+    }
+    layer_offset.push_back(bytes);
+    bytes += layer_block * blocks;
+  }
   // Mapped, not written: the OS backs the pages only when they are first written.
   auto arena = std::make_unique<HugePageArena>();
   uint8_t* storage = arena->try_allocate(bytes);
   if (storage == nullptr) {
     return out_of_range(fmt::format("cannot allocate {} MiB for the KV cache", bytes >> 20));
   }
-  return std::unique_ptr<PagedKvCache>(new PagedKvCache(num_layers, num_kv_heads, head_size,
-                                                        num_blocks, block_size, type,
-                                                        values_are_keys, std::move(arena),
-                                                        storage));
+  auto cache = std::unique_ptr<PagedKvCache>(
+      new PagedKvCache(num_layers, num_kv_heads, head_size, num_blocks, block_size, type,
+                       values_are_keys, std::move(arena), storage));
+  cache->local_layers_ = std::move(local_layers);
+  cache->num_local_blocks_ = split ? num_local_blocks : 0;
+  cache->layer_offset_ = std::move(layer_offset);
+  return cache;
 }
 
 PagedKvCache::PagedKvCache(int num_layers, int num_kv_heads, int head_size, int num_blocks,
@@ -70,7 +86,7 @@ void PagedKvCache::store(int layer, std::span<const int64_t> slots, const float*
   const int64_t kv_size = static_cast<int64_t>(num_kv_heads_) * head_size_;
   const int scale_groups = head_size_ / kernels::kQ8Group;  // per head and position, q8 only
   for (size_t i = 0; i < slots.size(); ++i) {
-    TACHYON_CHECK(slots[i] >= 0 && slots[i] < static_cast<int64_t>(num_blocks_) * block_size_);
+    TACHYON_CHECK(slots[i] >= 0 && slots[i] < static_cast<int64_t>(layer_blocks(layer)) * block_size_);
     const int block = static_cast<int>(slots[i] / block_size_);
     const int offset = static_cast<int>(slots[i] % block_size_);
     for (int h = 0; h < num_kv_heads_; ++h) {
@@ -123,7 +139,7 @@ void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) con
   // dimensions, block_size * 4 bytes apart, and the scales after them, one per 32 dimensions).
   const size_t bytes = element_bytes();
   for (const int64_t slot : slots) {
-    TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(num_blocks_) * block_size_);
+    TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(layer_blocks(layer)) * block_size_);
     const int block = static_cast<int>(slot / block_size_);
     const int offset = static_cast<int>(slot % block_size_);
     for (int h = 0; h < num_kv_heads_; ++h) {
@@ -158,7 +174,7 @@ void PagedKvCache::prefetch_store(int layer, std::span<const int64_t> slots) con
 }
 
 void PagedKvCache::prefetch_block(int layer, int block, int kv_head) const {
-  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && block >= 0 && block < num_blocks_);
+  TACHYON_CHECK(layer >= 0 && layer < num_layers_ && block >= 0 && block < layer_blocks(layer));
   for (int which = 0; which < planes(); ++which) {
     prefetch_range_for_read(storage_ + head_offset(layer, block, which, kv_head),
                             static_cast<size_t>(head_bytes_));
@@ -167,7 +183,7 @@ void PagedKvCache::prefetch_block(int layer, int block, int kv_head) const {
 
 void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
                               float* keys_by_dimension, int64_t key_stride, float* values) const {
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && count <= block_size_);
+  TACHYON_CHECK(block >= 0 && block < layer_blocks(layer) && count <= block_size_);
   const uint8_t* keys_in = storage_ + head_offset(layer, block, 0, kv_head);
   if (type_ == DType::kQ8_0) {
     const Q8Plane keys = q8_plane(layer, block, 0, kv_head);
@@ -214,13 +230,15 @@ void PagedKvCache::load_block(int layer, int kv_head, int block, int count,
 
 const uint16_t* PagedKvCache::f16_keys(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && layer >= 0 && layer < num_layers_);
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(block >= 0 && block < layer_blocks(layer) && kv_head >= 0 &&
+                kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 0, kv_head));
 }
 
 const uint16_t* PagedKvCache::f16_values(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kF16 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(block >= 0 && block < layer_blocks(layer) && kv_head >= 0 &&
+                kv_head < num_kv_heads_);
   return reinterpret_cast<const uint16_t*>(storage_ + head_offset(layer, block, 1, kv_head));
 }
 
@@ -232,6 +250,7 @@ Q8Plane PagedKvCache::q8_plane(int layer, int block, int which, int kv_head) con
 
 void PagedKvCache::copy_block(int from, int to) {
   TACHYON_CHECK(from >= 0 && from < num_blocks_ && to >= 0 && to < num_blocks_);
+  TACHYON_CHECK(!has_local_layers());
   const std::vector<std::span<uint8_t>> source = block_layers(from);
   const std::vector<std::span<uint8_t>> target = block_layers(to);
   for (size_t layer = 0; layer < source.size(); ++layer) {
@@ -242,6 +261,7 @@ void PagedKvCache::copy_block(int from, int to) {
 void PagedKvCache::rewrite_keys(int block, int count,
                                 FunctionRef<void(float* keys, int n)> adjust_keys) {
   TACHYON_CHECK(block >= 0 && block < num_blocks_ && count >= 0 && count <= block_size_);
+  TACHYON_CHECK(!has_local_layers());
   if (count == 0) return;
   const int kv = num_kv_heads_ * head_size_;
   std::vector<float> by_dimension(static_cast<size_t>(head_size_) * block_size_);
@@ -304,7 +324,7 @@ void PagedKvCache::keep_positions(int layer, std::span<const int32_t> from,
 }
 
 std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
-  TACHYON_CHECK(block >= 0 && block < num_blocks_);
+  TACHYON_CHECK(block >= 0 && block < num_blocks_ && !has_local_layers());
   const size_t layer_bytes = static_cast<size_t>(planes() * num_kv_heads_ * head_bytes_);
   std::vector<std::span<uint8_t>> layers;
   layers.reserve(num_layers_);
@@ -316,13 +336,15 @@ std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
 
 Q8Plane PagedKvCache::q8_keys(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kQ8_0 && layer >= 0 && layer < num_layers_);
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(block >= 0 && block < layer_blocks(layer) && kv_head >= 0 &&
+                kv_head < num_kv_heads_);
   return q8_plane(layer, block, 0, kv_head);
 }
 
 Q8Plane PagedKvCache::q8_values(int layer, int block, int kv_head) const {
   TACHYON_CHECK(type_ == DType::kQ8_0 && !values_are_keys_ && layer >= 0 && layer < num_layers_);
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && kv_head >= 0 && kv_head < num_kv_heads_);
+  TACHYON_CHECK(block >= 0 && block < layer_blocks(layer) && kv_head >= 0 &&
+                kv_head < num_kv_heads_);
   return q8_plane(layer, block, 1, kv_head);
 }
 

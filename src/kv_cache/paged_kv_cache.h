@@ -35,10 +35,15 @@ class PagedKvCache {
   // (check_kv_cache_type). Pages are touched only when written.
   // `values_are_keys`: each slot's value is its key (MLA's cached latent), stored once: half
   // the memory; values are read from the keys (f16_values() has none).
+  // `local_layers` (one flag per layer; empty: none): sliding-window layers, whose blocks are
+  // another pool's, `num_local_blocks` of them (a request holds only its window's blocks of
+  // them); the other layers have `num_blocks`.
   static Result<std::unique_ptr<PagedKvCache>> create(int num_layers, int num_kv_heads,
                                                       int head_size, int num_blocks,
                                                       int block_size, DType type,
-                                                      bool values_are_keys = false);
+                                                      bool values_are_keys = false,
+                                                      std::vector<bool> local_layers = {},
+                                                      int num_local_blocks = 0);
 
   // Bytes one block takes over all layers (keys and values, or keys alone).
   static size_t block_bytes(int num_layers, int kv_size, int block_size, DType type,
@@ -46,6 +51,12 @@ class PagedKvCache {
 
   int num_layers() const { return num_layers_; }
   int num_blocks() const { return num_blocks_; }
+  // Sliding-window layers live in blocks of their own (ForwardBatch's local block tables and
+  // slots address them).
+  bool has_local_layers() const { return !local_layers_.empty(); }
+  bool is_local(int layer) const { return has_local_layers() && local_layers_[layer]; }
+  int num_local_blocks() const { return num_local_blocks_; }
+  int layer_blocks(int layer) const { return is_local(layer) ? num_local_blocks_ : num_blocks_; }
   int block_size() const { return block_size_; }
   DType type() const { return type_; }
   bool values_are_keys() const { return values_are_keys_; }
@@ -68,7 +79,8 @@ class PagedKvCache {
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
                   int64_t key_stride, float* values) const;
 
-  // Copies every layer's keys and values of block `from` into block `to`.
+  // Copies every layer's keys and values of block `from` into block `to` (not with local
+  // layers, nor are rewrite_keys and block_layers).
   void copy_block(int from, int to);
   // Reads the keys of the first `count` slots of `block` in every layer back as f32 rows
   // [count, kv_size], passes them through `adjust_keys` and stores them again, values
@@ -106,9 +118,8 @@ class PagedKvCache {
   // Byte offset of a KV head's keys (which = 0) or values (1) in a layer's block.
   size_t head_offset(int layer, int block, int which, int kv_head) const {
     const int64_t index =
-        ((static_cast<int64_t>(layer) * num_blocks_ + block) * planes() + which) * num_kv_heads_ +
-        kv_head;
-    return static_cast<size_t>(index * head_bytes_);
+        (static_cast<int64_t>(block) * planes() + which) * num_kv_heads_ + kv_head;
+    return layer_offset_[layer] + static_cast<size_t>(index * head_bytes_);
   }
   // A q8 cache's keys (which = 0) or values (1) of a KV head in a block.
   Q8Plane q8_plane(int layer, int block, int which, int kv_head) const;
@@ -127,7 +138,11 @@ class PagedKvCache {
   DType type_;
   bool values_are_keys_;
   int64_t head_bytes_;  // of one KV head's keys (or values) in a block
-  // f16, f32 or q8 [layers, blocks, planes (keys, values), kv_heads, head_size × block_size], in 2 MiB
+  std::vector<bool> local_layers_;  // empty: no local layers
+  int num_local_blocks_ = 0;
+  std::vector<size_t> layer_offset_;  // where each layer's blocks start in storage_
+  // f16, f32 or q8 [layers, blocks (the layer's pool's), planes (keys, values), kv_heads,
+  // head_size × block_size], in 2 MiB
   // pages (each decode step reads a little of every layer's blocks: with 4 KiB pages, mostly
   // TLB misses).
   std::unique_ptr<HugePageArena> arena_;

@@ -202,7 +202,8 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   const int num_tokens = batch.num_tokens();
   if (num_tokens == 0) return invalid_argument("forward needs at least one token");
   if (static_cast<int>(batch.positions.size()) != num_tokens ||
-      static_cast<int>(batch.slots.size()) != num_tokens || batch.block_size != cache.block_size()) {
+      static_cast<int>(batch.slots.size()) != num_tokens || batch.block_size != cache.block_size() ||
+      (cache.has_local_layers() && static_cast<int>(batch.local_slots.size()) != num_tokens)) {
     return invalid_argument("inconsistent forward batch");
   }
   for (int32_t token : batch.tokens) {
@@ -213,12 +214,16 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   }
   workspace_.positions = batch.positions;
   const int64_t kv_size = config_.kv_size();
+  // Sliding-window layers store in their own blocks (PagedKvCache::is_local).
+  auto slots = [&](int layer) -> const std::vector<int64_t>& {
+    return cache.is_local(layer) ? batch.local_slots : batch.slots;
+  };
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
-    cache.store(layer, std::span<const int64_t>(batch.slots).subspan(first, end - first),
+    cache.store(layer, std::span<const int64_t>(slots(layer)).subspan(first, end - first),
                 workspace_.key.data() + offset, workspace_.value.data() + offset);
   };
-  auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, batch.slots); };
+  auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, slots(layer)); };
   run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
     paged_attention(attention_shape(layer), w.query.data(), batch, cache, layer,

@@ -16,6 +16,9 @@ struct BatchSequence {
   int num_tokens = 0;      // new tokens this step
   int start_position = 0;  // position of the first new token (= tokens already in the cache)
   std::vector<BlockId> block_table;  // blocks holding positions 0 .. start_position+num_tokens-1
+  // With sliding-window layers (PagedKvCache::has_local_layers): their blocks, from the local
+  // pool, for the same positions; blocks before the window are kNoBlock (freed).
+  std::vector<BlockId> local_block_table;
 };
 
 struct ForwardBatch {
@@ -23,6 +26,7 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;     // [num_tokens] ids
   std::vector<int> positions;      // [num_tokens]
   std::vector<int64_t> slots;      // [num_tokens] cache row = block * block_size + offset
+  std::vector<int64_t> local_slots;  // [num_tokens] the same in local layers' blocks, if any
   std::vector<BatchSequence> sequences;
   std::vector<int> logits_tokens;  // indices into tokens whose logits are wanted, ascending
 

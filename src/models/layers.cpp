@@ -408,6 +408,11 @@ namespace tachyon {
 
 void paged_attention(const AttentionShape& shape, const float* queries, const ForwardBatch& batch,
                      const PagedKvCache& cache, int layer, float* out, ThreadPool& pool) {
+  // A sliding-window layer's blocks are its own pool's.
+  const bool local = cache.is_local(layer);
+  auto table = [local](const BatchSequence& sequence) -> const std::vector<BlockId>& {
+    return local ? sequence.local_block_table : sequence.block_table;
+  };
   const int head_size = shape.head_size;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int block_size = batch.block_size;
@@ -489,7 +494,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     for (int offset = 0; offset < count; offset += block_size) {
       const int block = (span_start + offset) / block_size;
       if ((block + 1) * block_size <= first_needed) continue;
-      cache.load_block(layer, kv_head, sequence.block_table[block],
+      cache.load_block(layer, kv_head, table(sequence)[block],
                        std::min(block_size, count - offset), keys + offset, span,
                        values + static_cast<size_t>(offset) * head_size);
     }
@@ -577,14 +582,14 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
         for (int b = (span_start + span) / block_size; b * block_size < run_end &&
                                                        b < (span_start + 2 * span) / block_size;
              ++b) {
-          cache.prefetch_block(layer, sequence.block_table[b], kv_head);
+          cache.prefetch_block(layer, table(sequence)[b], kv_head);
         }
         const int8_t* key_groups[kMaxGroups];
         const uint16_t* key_scale_groups[kMaxGroups];
         const int8_t* value_groups[kMaxGroups];
         const uint16_t* value_scale_groups[kMaxGroups];
         for (int b = 0; b * block_size < span_count; ++b) {
-          const int block = sequence.block_table[span_start / block_size + b];
+          const int block = table(sequence)[span_start / block_size + b];
           const Q8Plane keys = cache.q8_keys(layer, block, kv_head);
           const Q8Plane values = cache.q8_values(layer, block, kv_head);
           key_groups[b] = keys.data;
@@ -601,7 +606,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
         const uint16_t* key_groups[kMaxGroups];
         const uint16_t* value_groups[kMaxGroups];
         for (int b = 0; b * block_size < span_count; ++b) {
-          const int block = sequence.block_table[span_start / block_size + b];
+          const int block = table(sequence)[span_start / block_size + b];
           key_groups[b] = cache.f16_keys(layer, block, kv_head);
           value_groups[b] = cache.f16_values(layer, block, kv_head);
         }

@@ -26,6 +26,39 @@ int64_t available_memory_bytes() {
 
 }  // namespace
 
+namespace {
+
+// The local layers' pool of a model that mixes sliding-window and global layers: every running
+// request's window (the positions its next tokens see: the window plus a step's tokens, in
+// blocks) and as much again for the windows of cached prefixes, but no more than the share of
+// the memory these layers would take without windows, and never less than one request's
+// window. Models whose layers are all local or all global keep one pool.
+struct LocalPoolSize {
+  int layers = 0;     // local layers in the pool (0: no local pool)
+  int blocks = 0;
+  int64_t bytes = 0;  // of the whole pool
+};
+
+LocalPoolSize local_pool_size(const ModelConfig& config, const EngineOptions& options,
+                              int64_t kv_bytes) {
+  LocalPoolSize local;
+  for (int layer = 0; layer < config.num_layers; ++layer) local.layers += config.layer_is_local(layer);
+  if (local.layers == 0 || local.layers == config.num_layers) return LocalPoolSize();
+  const int64_t block_bytes = static_cast<int64_t>(
+      PagedKvCache::block_bytes(local.layers, config.kv_size(), options.block_size,
+                                options.kv_cache_type, config.kv_values_are_keys()));
+  const int64_t per_request =
+      (config.sliding_window - 1 + options.max_batch_tokens + options.block_size - 1) /
+          options.block_size + 1;
+  const int64_t wanted = 2 * per_request * options.max_running_requests;
+  const int64_t share = kv_bytes / config.num_layers * local.layers / block_bytes;
+  local.blocks = static_cast<int>(std::clamp<int64_t>(std::min(wanted, share), per_request, 1 << 24));
+  local.bytes = local.blocks * block_bytes;
+  return local;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokenizer& tokenizer,
                                                ThreadPool& pool, EngineOptions options,
                                                DraftModelRef draft) {
@@ -67,8 +100,13 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   const size_t block_bytes =
       PagedKvCache::block_bytes(config.num_layers, config.kv_size(), options.block_size,
                                 options.kv_cache_type, config.kv_values_are_keys());
-  const int64_t num_blocks = std::min<int64_t>(kv_bytes / static_cast<int64_t>(block_bytes),
-                                               1 << 24);
+  // Models that mix local (sliding-window) and global layers keep the local layers in a pool of
+  // their own, where a request holds only the blocks its window covers (LocalPoolSize).
+  const LocalPoolSize local = local_pool_size(config, options, kv_bytes);
+  const int64_t global_block_bytes =
+      static_cast<int64_t>(block_bytes) / config.num_layers * (config.num_layers - local.layers);
+  const int64_t num_blocks =
+      std::min<int64_t>((kv_bytes - local.bytes) / global_block_bytes, 1 << 24);
   if (num_blocks < 1) {
     return out_of_range(fmt::format(
         "KV cache memory of {} bytes holds no block ({} bytes for {} tokens)", kv_bytes,
@@ -78,7 +116,9 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
       std::unique_ptr<PagedKvCache> cache,
       PagedKvCache::create(config.num_layers, config.num_kv_heads, config.head_size,
                            static_cast<int>(num_blocks), options.block_size,
-                           options.kv_cache_type, config.kv_values_are_keys()));
+                           options.kv_cache_type, config.kv_values_are_keys(),
+                           local.layers > 0 ? config.local_layers : std::vector<bool>(),
+                           local.blocks));
   // A request alone must always fit, so that preemption can always make room.
   int max_context = options.max_context > 0 ? std::min(options.max_context, config.context_length)
                                             : config.context_length;
@@ -97,6 +137,10 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
                                  options.kv_cache_type));
   }
   std::unique_ptr<KvDiskTier> disk_tier;
+  if (!options.kv_disk_directory.empty() && local.layers > 0) {
+    return unsupported("the KV disk tier is not built for models with sliding-window layers "
+                       "(Gemma 3) yet: their blocks live in two pools");
+  }
   if (!options.kv_disk_directory.empty()) {
     if (!options.enable_prefix_cache) {
       return invalid_argument("the KV disk tier keeps prefix-cache blocks: it needs the prefix cache on");

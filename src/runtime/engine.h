@@ -41,6 +41,12 @@ struct EngineMetrics {
   int64_t kv_blocks_cached = 0;        // free but holding reusable prefix blocks
   int64_t kv_bytes_per_token = 0;      // keys and values of every layer (MLA: its latent)
   int64_t kv_block_bytes = 0;          // of one block
+  // Sliding-window models whose local layers have a pool of their own (only the windows are
+  // kept there): its blocks; kv_blocks_* and kv_bytes_per_token above are the global layers'.
+  int64_t kv_local_blocks_total = 0;
+  int64_t kv_local_blocks_used = 0;
+  int64_t kv_local_blocks_cached = 0;
+  int64_t kv_local_block_bytes = 0;
   uint64_t prompt_tokens_total = 0;    // prompt tokens of admitted requests
   uint64_t prefix_cache_queried_tokens_total = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hit_tokens_total = 0;      // of those, found in the cache

@@ -20,6 +20,10 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
       end_of_generation_(Generator::end_of_generation_tokens(tokenizer.vocabulary())),
       cache_(std::move(cache)),
       block_pool_(cache_->num_blocks(), options.enable_prefix_cache),
+      local_block_pool_(cache_->has_local_layers()
+                            ? std::make_unique<KvBlockPool>(cache_->num_local_blocks(),
+                                                            options.enable_prefix_cache)
+                            : nullptr),
       scheduler_(
           [&] {
             SchedulerConfig config{options.max_batch_tokens, options.max_running_requests,
@@ -27,9 +31,10 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
             if (options.speculative.enabled()) {
               config.max_speculative_sequences = options.speculative.max_sequences;
             }
+            if (cache_->has_local_layers()) config.window = model.config().sliding_window;
             return config;
           }(),
-          block_pool_),
+          block_pool_, local_block_pool_.get()),
       runner_(model, *cache_, pool),
       draft_runner_(std::move(draft_runner)),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
@@ -41,11 +46,15 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
     metrics_.kv_disk = disk_store_->tier().counters();
   }
   metrics_.kv_blocks_total = cache_->num_blocks();
-  metrics_.kv_block_bytes = static_cast<int64_t>(
-      PagedKvCache::block_bytes(model.config().num_layers, model.config().kv_size(),
-                                options.block_size, options.kv_cache_type,
-                                model.config().kv_values_are_keys()));
+  const int64_t layer_block_bytes = static_cast<int64_t>(
+      PagedKvCache::block_bytes(1, model.config().kv_size(), options.block_size,
+                                options.kv_cache_type, model.config().kv_values_are_keys()));
+  int num_local_layers = 0;
+  for (int layer = 0; layer < cache_->num_layers(); ++layer) num_local_layers += cache_->is_local(layer);
+  metrics_.kv_block_bytes = layer_block_bytes * (model.config().num_layers - num_local_layers);
   metrics_.kv_bytes_per_token = metrics_.kv_block_bytes / options.block_size;
+  metrics_.kv_local_blocks_total = cache_->num_local_blocks();
+  metrics_.kv_local_block_bytes = layer_block_bytes * num_local_layers;
   metrics_.tokens_per_step = tokens_per_step_.snapshot();
   if (options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kSuffix) {
     suffix_cache_ = std::make_unique<SuffixCache>(options.speculative.suffix_cache_tokens);
@@ -513,6 +522,10 @@ void EngineCore::publish_metrics(int step_tokens) {
   metrics_.num_waiting = scheduler_.num_waiting();
   metrics_.kv_blocks_used = block_pool_.num_held();
   metrics_.kv_blocks_cached = block_pool_.num_cached();
+  if (local_block_pool_) {
+    metrics_.kv_local_blocks_used = local_block_pool_->num_held();
+    metrics_.kv_local_blocks_cached = local_block_pool_->num_cached();
+  }
   metrics_.prefix_cache_queried_tokens_total = scheduler_.counters().prefix_queried_tokens;
   metrics_.prefix_cache_hit_tokens_total = scheduler_.counters().prefix_hit_tokens;
   metrics_.prefix_cache_disk_tokens_total = scheduler_.counters().prefix_source_tokens;

@@ -153,6 +153,7 @@ class EngineCore {
 
   std::unique_ptr<PagedKvCache> cache_;
   KvBlockPool block_pool_;
+  std::unique_ptr<KvBlockPool> local_block_pool_;  // the local layers', if the cache splits them
   Scheduler scheduler_;
   ModelRunner runner_;
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;

@@ -10,7 +10,9 @@ Status ModelRunner::execute(const SchedulerOutput& output,
   batch.tokens.clear();
   batch.positions.clear();
   batch.slots.clear();
+  batch.local_slots.clear();
   batch.logits_tokens.clear();
+  const bool local_layers = cache_.has_local_layers();
   batch.sequences.resize(output.scheduled.size());
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledRequest& item = output.scheduled[i];
@@ -22,6 +24,7 @@ Status ModelRunner::execute(const SchedulerOutput& output,
     // own rotations: new tokens keep their true RoPE positions).
     sequence.start_position = request.num_computed_slots();
     sequence.block_table = request.blocks;
+    if (local_layers) sequence.local_block_table = request.local_blocks;
     for (int t = 0; t < item.num_new_tokens; ++t) {
       const int position = request.num_computed_tokens + t;
       // Past the known tokens come the drafts being verified.
@@ -32,6 +35,10 @@ Status ModelRunner::execute(const SchedulerOutput& output,
       const int slot = position - request.slot_offset;
       batch.slots.push_back(static_cast<int64_t>(request.blocks[slot / block_size]) *
                                 block_size + slot % block_size);
+      if (local_layers) {
+        batch.local_slots.push_back(static_cast<int64_t>(request.local_blocks[slot / block_size]) *
+                                        block_size + slot % block_size);
+      }
     }
     if (item.samples_next_token) {
       // The last known token's logits, then each draft's (what follows it, if it is right).

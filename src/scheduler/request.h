@@ -59,6 +59,10 @@ struct Request {
   int num_reused_tokens = 0;  // taken from the prefix cache at this admission
 
   std::vector<BlockId> blocks;           // block i holds positions [i·block_size, (i+1)·block_size)
+  // Sliding-window models (SchedulerConfig::window): the same positions' blocks of the local
+  // layers, from the local pool; those wholly before the window of every token still to be
+  // computed are freed (kNoBlock).
+  std::vector<BlockId> local_blocks;
   BlockHash hash_root;                   // from the cache salt
   std::vector<BlockHash> block_hashes;   // hashes of the full blocks computed so far
   RequestState state = RequestState::kWaiting;

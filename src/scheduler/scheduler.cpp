@@ -6,7 +6,10 @@
 
 namespace tachyon {
 
-Scheduler::Scheduler(SchedulerConfig config, KvBlockPool& pool) : config_(config), pool_(pool) {}
+Scheduler::Scheduler(SchedulerConfig config, KvBlockPool& pool, KvBlockPool* local_pool)
+    : config_(config), pool_(pool), local_pool_(local_pool) {
+  TACHYON_CHECK((config_.window > 0) == (local_pool_ != nullptr));
+}
 
 double Scheduler::virtual_time(uint64_t tenant) const {
   auto found = tenants_.find(tenant);
@@ -123,6 +126,7 @@ void Scheduler::remove(RequestId id) {
     running_.erase(std::find(running_.begin(), running_.end(), request));
   }
   pool_.release(request->blocks);
+  if (local_pool_ != nullptr) local_pool_->release(request->local_blocks);
   tenant_leaves(*request);
   requests_.erase(id);
 }
@@ -130,6 +134,8 @@ void Scheduler::remove(RequestId id) {
 void Scheduler::release_blocks(Request* request) {
   pool_.release(request->blocks);
   request->blocks.clear();
+  if (local_pool_ != nullptr) local_pool_->release(request->local_blocks);
+  request->local_blocks.clear();
   request->num_computed_tokens = 0;
   request->first_moved_block = -1;
   request->slot_offset = 0;
@@ -179,17 +185,59 @@ void Scheduler::take_cached_prefix(Request* request) {
     }
     request->blocks.push_back(*block);
   }
+  if (local_pool_ != nullptr) {
+    // The local layers keep only windows: the hit ends where the window before it is cached.
+    int taken = static_cast<int>(request->blocks.size());
+    while (taken > 0 && !window_cached(request, taken)) --taken;
+    pool_.release(std::span<const BlockId>(request->blocks).subspan(taken));
+    request->blocks.resize(taken);
+    const int first = taken > 0 ? first_window_block(taken * config_.block_size) : 0;
+    request->local_blocks.assign(first, kNoBlock);
+    for (int i = first; i < taken; ++i) {
+      request->local_blocks.push_back(*local_pool_->take_cached(request->block_hashes[i]));
+    }
+  }
   request->num_computed_tokens = static_cast<int>(request->blocks.size()) * config_.block_size;
   request->num_reused_tokens = request->num_computed_tokens;
 }
 
+bool Scheduler::window_cached(Request* request, int num_blocks) const {
+  for (int i = first_window_block(num_blocks * config_.block_size); i < num_blocks; ++i) {
+    if (!local_pool_->contains(request->block_hashes[i])) return false;
+  }
+  return true;
+}
+
 bool Scheduler::grow_blocks(Request* request, int num_tokens) {
-  const int missing =
-      blocks_for(num_tokens - request->slot_offset) - static_cast<int>(request->blocks.size());
-  if (missing <= 0) return true;
-  std::optional<std::vector<BlockId>> blocks = pool_.allocate(missing);
-  if (!blocks) return false;
-  request->blocks.insert(request->blocks.end(), blocks->begin(), blocks->end());
+  const int needed = blocks_for(num_tokens - request->slot_offset);
+  const int missing = needed - static_cast<int>(request->blocks.size());
+  std::vector<BlockId> blocks;
+  if (missing > 0) {
+    std::optional<std::vector<BlockId>> allocated = pool_.allocate(missing);
+    if (!allocated) return false;
+    blocks = std::move(*allocated);
+  }
+  if (local_pool_ != nullptr) {
+    // Local blocks no token from num_computed_tokens on can see go back (named ones stay in
+    // the prefix cache, for a later request's window).
+    std::vector<BlockId>& local = request->local_blocks;
+    const int first = std::min<int>(first_window_block(request->num_computed_tokens), local.size());
+    for (int i = 0; i < first; ++i) {
+      if (local[i] == kNoBlock) continue;
+      local_pool_->release(std::span<const BlockId>(&local[i], 1));
+      local[i] = kNoBlock;
+    }
+    const int local_missing = needed - static_cast<int>(local.size());
+    if (local_missing > 0) {
+      std::optional<std::vector<BlockId>> allocated = local_pool_->allocate(local_missing);
+      if (!allocated) {
+        pool_.release(blocks);
+        return false;
+      }
+      local.insert(local.end(), allocated->begin(), allocated->end());
+    }
+  }
+  request->blocks.insert(request->blocks.end(), blocks.begin(), blocks.end());
   return true;
 }
 
@@ -200,7 +248,8 @@ std::optional<std::vector<BlockId>> Scheduler::blocks_for_compaction(int num_sha
 
 void Scheduler::compact(Request* request, int num_shared_blocks, std::vector<BlockId> fresh,
                         int num_slots) {
-  TACHYON_CHECK(num_slots <= request->num_computed_slots() && request->sink_tokens == 0);
+  TACHYON_CHECK(num_slots <= request->num_computed_slots() && request->sink_tokens == 0 &&
+                local_pool_ == nullptr);
   request->slot_offset += request->num_computed_slots() - num_slots;
   request->compacted = true;
   pool_.release(std::span<const BlockId>(request->blocks).subspan(num_shared_blocks));
@@ -219,6 +268,7 @@ int Scheduler::sink_drop_chunk(const Request& request) const {
 bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& output) {
   const int excess = request->num_computed_tokens + num_new - request->max_positions;
   if (request->sink_tokens == 0 || excess <= 0) return true;
+  TACHYON_CHECK(local_pool_ == nullptr);
   const int block = config_.block_size;
   const int sink_blocks = request->sink_tokens / block;
   const int droppable = (request->num_computed_tokens - request->sink_tokens) / block * block;
@@ -469,6 +519,10 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
         pool_.release(std::span<const BlockId>(request->blocks).subspan(needed));
         request->blocks.resize(needed);
       }
+      if (local_pool_ != nullptr && static_cast<int>(request->local_blocks.size()) > needed) {
+        local_pool_->release(std::span<const BlockId>(request->local_blocks).subspan(needed));
+        request->local_blocks.resize(needed);
+      }
     }
     // Name the blocks that became full this step (earlier ones already are); after a sink
     // drop, none past the sink.
@@ -480,6 +534,9 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
     extend_block_hashes(request, num_full);
     for (int i = first_new; i < num_full; ++i) {
       pool_.set_hash(request->blocks[i], request->block_hashes[i]);
+      if (local_pool_ != nullptr && request->local_blocks[i] != kNoBlock) {
+        local_pool_->set_hash(request->local_blocks[i], request->block_hashes[i]);
+      }
       if (named != nullptr) {
         named->push_back({request->blocks[i], request->block_hashes[i],
                           std::span<const int32_t>(request->tokens)

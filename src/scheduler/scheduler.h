@@ -10,6 +10,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -42,6 +43,11 @@ struct SchedulerConfig {
   // compute-bound: verifying drafts there costs what it would save) and the KV pool has blocks
   // for them without preempting anyone. 0: never.
   int max_speculative_sequences = 0;
+  // Sliding-window models: the local layers' window in tokens. Their blocks come from a pool
+  // of their own, and a request holds only those its next tokens can see (Request::local_blocks);
+  // a prefix-cache hit needs the global blocks of the whole prefix and the local blocks of its
+  // last window. 0: no local layers.
+  int window = 0;
 };
 
 struct SchedulerCounters {
@@ -53,7 +59,8 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig config, KvBlockPool& pool);
+  // `local_pool`: the local layers' blocks (with config.window > 0).
+  Scheduler(SchedulerConfig config, KvBlockPool& pool, KvBlockPool* local_pool = nullptr);
 
   // Where prefix blocks missing from RAM are looked up next (null: nowhere). Must outlive the
   // scheduler.
@@ -147,11 +154,20 @@ class Scheduler {
   // Tokens the sink policy drops at once: an eighth of the window (whole blocks, at least one),
   // so that a key is turned back a few times in its life, not once per block.
   int sink_drop_chunk(const Request& request) const;
-  // Grows the request's block table to cover `num_tokens` positions; false if the pool is short.
+  // Grows the request's block table to cover `num_tokens` positions (and its local one, after
+  // freeing the local blocks no token still to compute can see); false, with nothing taken, if
+  // a pool is short.
   bool grow_blocks(Request* request, int num_tokens);
+  // The first block a token at `position` sees in the local layers.
+  int first_window_block(int position) const {
+    return std::max(0, position - config_.window + 1) / config_.block_size;
+  }
+  // Whether the local blocks a token at block `num_blocks`'s start sees are all cached.
+  bool window_cached(Request* request, int num_blocks) const;
 
   SchedulerConfig config_;
   KvBlockPool& pool_;
+  KvBlockPool* local_pool_;  // null without local layers
   PrefixBlockSource* source_ = nullptr;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<Request*> running_;  // kept in ServeOrder

@@ -99,7 +99,9 @@ void append_kv_tiers(std::string& out, const std::string& labels, const EngineMe
                             std::min(disk_hits, engine.prefix_cache_hit_tokens_total);
   append_single(out, "tachyon:kv_cache_ram_bytes", "gauge",
                 "Bytes of KV cache blocks held by requests or holding reusable prefixes.", labels,
-                (engine.kv_blocks_used + engine.kv_blocks_cached) * engine.kv_block_bytes);
+                (engine.kv_blocks_used + engine.kv_blocks_cached) * engine.kv_block_bytes +
+                    (engine.kv_local_blocks_used + engine.kv_local_blocks_cached) *
+                        engine.kv_local_block_bytes);
   append_single(out, "tachyon:snapkv_compactions_total", "counter",
                 "Prompts SnapKV compressed (--kv-evict snapkv).", labels,
                 engine.snapkv_compactions_total);
@@ -200,13 +202,23 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
     append_single(out, "tachyon:kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.",
                   labels, engine->kv_blocks_total);
     append_single(out, "tachyon:kv_cache_bytes_per_token", "gauge",
-                  "KV cache bytes one token takes over all layers.", labels,
+                  "KV cache bytes one token takes over all layers (sliding-window models: "
+                  "over the global layers; the local ones keep only their windows).",
+                  labels,
                   engine->kv_bytes_per_token);
     append_single(out, "tachyon:kv_cache_blocks_used", "gauge",
                   "KV cache blocks held by running requests.", labels, engine->kv_blocks_used);
     append_single(out, "tachyon:kv_cache_blocks_cached", "gauge",
                   "Free KV cache blocks that still hold reusable prefixes.", labels,
                   engine->kv_blocks_cached);
+    if (engine->kv_local_blocks_total > 0) {
+      append_single(out, "tachyon:kv_cache_local_blocks_total", "gauge",
+                    "Blocks of the sliding-window layers' own pool (they keep only windows).",
+                    labels, engine->kv_local_blocks_total);
+      append_single(out, "tachyon:kv_cache_local_blocks_used", "gauge",
+                    "Sliding-window layers' blocks held by running requests.", labels,
+                    engine->kv_local_blocks_used);
+    }
     append_single(out, "tachyon:kv_cache_usage_ratio", "gauge",
                   "Fraction of KV cache blocks held by running requests.", labels,
                   engine->kv_blocks_total > 0

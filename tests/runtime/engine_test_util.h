@@ -68,7 +68,9 @@ inline EngineOutput run_alone(Engine& engine, EngineRequest request) {
 // The engine publishes its gauges after each step; wait for the last one.
 inline EngineMetrics settled_metrics(const Engine& engine) {
   EngineMetrics metrics = engine.metrics();
-  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0); ++i) {
+  for (int i = 0; i < 200 && (metrics.num_running > 0 || metrics.kv_blocks_used > 0 ||
+                              metrics.kv_local_blocks_used > 0);
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     metrics = engine.metrics();
   }
@@ -80,6 +82,7 @@ inline void expect_pool_back_to_full(const Engine& engine) {
   EXPECT_EQ(metrics.num_running, 0);
   EXPECT_EQ(metrics.num_waiting, 0);
   EXPECT_EQ(metrics.kv_blocks_used, 0) << "KV blocks leaked";
+  EXPECT_EQ(metrics.kv_local_blocks_used, 0) << "local layers' KV blocks leaked";
 }
 
 }  // namespace tachyon::testing_util

@@ -84,11 +84,19 @@ TEST_P(ExpertModelEngineTest, PrefixCacheHitGivesTheSameTokens) {
   EXPECT_EQ(warm.cached_prompt_tokens, 32);
   EXPECT_EQ(warm.tokens, cold.tokens);
   // MLA caches one latent of kv_lora_rank + qk_rope_head_dim values per token and layer (f16);
-  // the others a key and a value per KV head.
+  // the others a key and a value per KV head. Models that mix sliding-window and global layers
+  // grow by their global layers only (the local ones hold their window).
   const ModelConfig& config = loaded.model->config();
   const int64_t per_layer = config.mla.enabled() ? config.mla.latent_size()
                                                  : 2 * config.num_kv_heads * config.head_size;
-  EXPECT_EQ(engine->metrics().kv_bytes_per_token, config.num_layers * per_layer * 2);
+  int growing_layers = 0;
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    growing_layers += !config.layer_is_local(layer);
+  }
+  if (growing_layers == 0) growing_layers = config.num_layers;  // all local (Mistral): one pool
+  EXPECT_EQ(engine->metrics().kv_bytes_per_token, growing_layers * per_layer * 2);
+  EXPECT_EQ(engine->metrics().kv_local_blocks_total > 0,
+            growing_layers < config.num_layers);
   expect_pool_back_to_full(*engine);
 }
 

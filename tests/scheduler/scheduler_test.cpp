@@ -470,5 +470,67 @@ TEST(SchedulerTest, DraftsGetOnlyFreeBlocks) {
   EXPECT_EQ(tight.num_available(), 0);  // one new block each
 }
 
+// Sliding-window models: the local layers' blocks come from a pool of their own and a request
+// holds only those its next tokens can see (the window before its first uncomputed token, and
+// the step's tokens); the rest go back, named, to the prefix cache. A later request with the
+// same prefix takes the global blocks of the whole prefix and the local blocks of its last
+// window; where that window's local blocks were evicted, its hit ends earlier.
+TEST(SchedulerTest, SlidingWindowLayersHoldOnlyTheirWindow) {
+  constexpr int kWindow = 40;
+  KvBlockPool pool(64, true);
+  KvBlockPool local_pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 32, .max_running_requests = 4, .block_size = 16,
+                       .window = kWindow},
+                      pool, &local_pool);
+  scheduler.add(make_request(1, 100));
+  int most_local = 0;
+  for (int i = 0; i < 60; ++i) {
+    const SchedulerOutput output = step(scheduler);
+    ASSERT_EQ(output.scheduled.size(), 1u);
+    const Request& request = *scheduler.find(1);
+    ASSERT_EQ(request.local_blocks.size(), request.blocks.size());
+    // Held: from the block of the window's first position before this step's first token.
+    const int computed_before = request.num_computed_tokens - output.scheduled[0].num_new_tokens;
+    const int first = std::max(0, computed_before - kWindow + 1) / 16;
+    for (int b = 0; b < static_cast<int>(request.local_blocks.size()); ++b) {
+      EXPECT_EQ(request.local_blocks[b] == kNoBlock, b < first) << "block " << b << " step " << i;
+    }
+    most_local = std::max(most_local, local_pool.num_held());
+  }
+  // 160 positions: 10 global blocks, but at most (40 - 1 + 32) / 16 + 1 local ones at once.
+  EXPECT_EQ(pool.num_held(), 10);
+  EXPECT_LE(most_local, (kWindow - 1 + 32 + 15) / 16 + 1);
+  EXPECT_GT(local_pool.num_cached(), 0);  // windows that slid out stay reusable
+  scheduler.remove(1);
+  EXPECT_EQ(pool.num_held(), 0);
+  EXPECT_EQ(local_pool.num_held(), 0);
+
+  // The same 100-token prompt again: the hit covers 6 blocks (the last token is computed), its
+  // global blocks and the local blocks of the window before position 96 (blocks 3..5).
+  auto again = make_request(2, 100);
+  step(scheduler);  // (nothing to run)
+  scheduler.add(std::move(again));
+  step(scheduler);
+  const Request& hit = *scheduler.find(2);
+  EXPECT_EQ(hit.num_cached_prompt_tokens, 96);
+  EXPECT_EQ(hit.local_blocks[0], kNoBlock);
+  EXPECT_EQ(hit.local_blocks[2], kNoBlock);
+  EXPECT_NE(hit.local_blocks[3], kNoBlock);
+  scheduler.remove(2);
+
+  // Evict the cached local windows (a request of other tokens takes every local block): the
+  // same prompt finds no window, so no hit at all, though its global blocks are cached.
+  auto other = make_request(3, 400);  // 25 blocks' worth of windows through a pool of 16
+  for (int32_t& token : other->tokens) token += 1000;
+  scheduler.add(std::move(other));
+  for (int i = 0; i < 14; ++i) step(scheduler);
+  scheduler.remove(3);
+  scheduler.add(make_request(4, 100));
+  step(scheduler);
+  EXPECT_EQ(scheduler.find(4)->num_cached_prompt_tokens, 0);
+  scheduler.remove(4);
+  EXPECT_EQ(local_pool.num_held(), 0);
+}
+
 }  // namespace
 }  // namespace tachyon
