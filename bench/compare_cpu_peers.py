@@ -45,15 +45,17 @@ from compare_llamacpp import cpu_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / "models"
 DEFAULT = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA = MODELS / "gemma-3-270m-q4_k_m.gguf"  # scripts/fetch_model.sh gemma3 (make setup)
 
 
 PEERS = ROOT / ".peers"
 PEER_PYTHON = PEERS / "venv/bin/python"
 
 
-def built_library(script: str) -> Path:
-    """The AVX2-only build of a peer, built first if missing (the script prints its path)."""
-    out = subprocess.run([str(ROOT / "bench" / script), "avx2"], capture_output=True, text=True,
+def built_library(script: str, level: str = "avx2") -> Path:
+    """A build of a peer (AVX2-only unless `level` says), built first if missing (the script
+    prints its path)."""
+    out = subprocess.run([str(ROOT / "bench" / script), level], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     return Path(out.stdout.strip().splitlines()[-1])
 
@@ -74,21 +76,24 @@ def avx2_peer_environments() -> dict[str, dict[str, str]]:
     }
 
 
-def ensure_models(llamacpp_python: list[str]) -> dict[str, Path]:
+def ensure_models(llamacpp_python: list[str], wanted: set[str]) -> dict[str, Path]:
+    """The plan's models (`wanted`), made first where missing."""
     def made(*argv: str, python: tuple[str, ...] = (str(ROOT / ".venv/bin/python"),)) -> Path:
         out = subprocess.run([*python, *argv], capture_output=True, text=True, check=True,
                              cwd=ROOT)
         return Path(out.stdout.strip().splitlines()[-1])
 
-    return {
-        "SmolLM2-135M Q4_1": DEFAULT,
-        "SmolLM2-135M Q8_0": made("tools/make_model_variant.py", "--type", "Q8_0"),
-        "SmolLM2-135M F16": made("tools/make_model_variant.py", "--type", "F16"),
-        "Llama-3.2-1B shape Q4_0": made("tools/make_random_model.py", "--type", "Q4_0"),
-        "Llama-3.2-1B shape Q8_0": made("tools/make_random_model.py", "--type", "Q8_0"),
-        "Llama-3.2-1B shape Q4_K_M": made("tools/make_k_quant_model.py", "--type", "Q4_K_M",
-                                          python=tuple(llamacpp_python)),
+    makers = {
+        "Gemma 3 270M Q4_K_M": lambda: GEMMA,
+        "SmolLM2-135M Q4_1": lambda: DEFAULT,
+        "SmolLM2-135M Q8_0": lambda: made("tools/make_model_variant.py", "--type", "Q8_0"),
+        "SmolLM2-135M F16": lambda: made("tools/make_model_variant.py", "--type", "F16"),
+        "Llama-3.2-1B shape Q4_0": lambda: made("tools/make_random_model.py", "--type", "Q4_0"),
+        "Llama-3.2-1B shape Q8_0": lambda: made("tools/make_random_model.py", "--type", "Q8_0"),
+        "Llama-3.2-1B shape Q4_K_M": lambda: made("tools/make_k_quant_model.py", "--type",
+                                                  "Q4_K_M", python=tuple(llamacpp_python)),
     }
+    return {name: make() for name, make in makers.items() if name in wanted}
 
 
 def run_json(command: list[str], env: dict[str, str]) -> dict[str, dict]:
@@ -102,8 +107,9 @@ def run_json(command: list[str], env: dict[str, str]) -> dict[str, dict]:
 def peer_pythons(level: str) -> dict[str, str]:
     if level == "avx2":
         return {"llama.cpp": str(PEER_PYTHON), "ik_llama.cpp": str(PEER_PYTHON)}
+    ik = ROOT / ".venv-ikllama/bin/python"
     return {"llama.cpp": str(ROOT / ".venv-llamacpp/bin/python"),
-            "ik_llama.cpp": str(ROOT / ".venv-ikllama/bin/python")}
+            "ik_llama.cpp": str(ik if ik.exists() else ROOT / ".venv-llamacpp/bin/python")}
 
 
 def engines(threads: int, reps: int, level: str) -> dict[str, list[str]]:
@@ -122,6 +128,9 @@ def main() -> int:
     parser.add_argument("-r", "--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--long", action="store_true", help="also pp8192 on the default model")
+    parser.add_argument("--gemma", action="store_true",
+                        help="only Gemma 3 270M's long-context tests (issue 26: sliding windows): "
+                             "pp8192, pp32768, tg128 and tg128 @ d16384")
     parser.add_argument("--only", help="only the models whose name contains this")
     parser.add_argument("--tests", help="only these tests (comma-separated, e.g. pp8192)")
     parser.add_argument("--peers", default="llama.cpp,ik_llama.cpp",
@@ -135,6 +144,12 @@ def main() -> int:
     if args.level == "avx2":
         environments = avx2_peer_environments()
     environments["tachyon"] = {"TACHYON_CPU_LEVEL": args.level} if args.level == "avx2" else {}
+    if args.level == "native" and not (ROOT / ".venv-ikllama/bin/python").exists():
+        # No .venv-ikllama: the library bench/build_ik_llama.sh builds, through its sdist's
+        # Python package, with the llama.cpp venv's Python (numpy is all it needs).
+        environments["ik_llama.cpp"] = {"PYTHONPATH": str(PEERS / "ik/src"),
+                                        "IK_LLAMA_CPP_LIB_PATH": str(built_library(
+                                            "build_ik_llama.sh", "native"))}
     llamacpp_python = [peer_pythons(args.level)["llama.cpp"]]
     if args.level == "avx2":
         # The K-quant model is made by llama.cpp's quantizer: the native build of the same
@@ -142,7 +157,6 @@ def main() -> int:
         llamacpp_python = ["env", f"PYTHONPATH={PEERS / 'llama-server/src'}",
                            f"LLAMA_CPP_LIB_PATH={PEERS / 'llama-server/build/bin'}",
                            str(PEER_PYTHON)]
-    models = ensure_models(llamacpp_python)
     # (model, test arguments, the tests they produce)
     plan = [("SmolLM2-135M Q4_1", ["-p", "512", "-n", "128"], ["pp512", "tg128"]),
             ("SmolLM2-135M Q4_1", ["-p", "0", "-n", "0", "--parallel", "32"], ["batched32"]),
@@ -153,11 +167,18 @@ def main() -> int:
             ("Llama-3.2-1B shape Q4_K_M", ["-p", "512", "-n", "128"], ["pp512", "tg128"])]
     if args.long:
         plan.append(("SmolLM2-135M Q4_1", ["-p", "8192", "-n", "0"], ["pp8192"]))
+    if args.gemma:
+        gemma = "Gemma 3 270M Q4_K_M"
+        plan = [(gemma, ["-p", "8192", "-n", "0"], ["pp8192"]),
+                (gemma, ["-p", "32768", "-n", "0"], ["pp32768"]),
+                (gemma, ["-p", "0", "-n", "128"], ["tg128"]),
+                (gemma, ["-p", "0", "-n", "128", "-d", "16384"], ["tg128 @ d16384"])]
     if args.only:
         plan = [item for item in plan if args.only in item[0]]
     if args.tests:
         wanted = set(args.tests.split(","))
         plan = [item for item in plan if wanted & set(item[2])]
+    models = ensure_models(llamacpp_python, {model for model, _, _ in plan})
     peers = args.peers.split(",")
     calls = args.reps if args.interleave else 1  # engine calls per test and round
     runners = {engine: command

@@ -5,10 +5,11 @@ ik-llama-cpp-python, which differs from llama-cpp-python's (older context parame
 llama_kv_cache_clear, a flash_attn flag). Same JSON shape as `tachyon bench --json`.
 
     .venv-ikllama/bin/python bench/ikllama_bench.py [-m MODEL.gguf] [-t 2] [-r 5] [-p 512]
-        [-n 128] [--parallel 32 --parallel-prompt 128 --parallel-gen 64] [--json]
+        [-n 128] [-d DEPTH] [--parallel 32 --parallel-prompt 128 --parallel-gen 64] [--json]
 
 Tests, as in llamacpp_bench.py: ppN (N random tokens from an empty cache, one ubatch of up to
-512, logits for the last), tgN (N single-token decodes from an empty cache), batchedN (N
+512, logits for the last), tgN (N single-token decodes from an empty cache, or with -d after
+DEPTH random tokens, untimed: "tgN @ dDEPTH"), batchedN (N
 sequences with random prompts, then steps decoding one token of each in one batch; tokens/s of
 those steps). Flash attention on (ik_llama.cpp's default), f16 KV cache, one warm-up run per
 test, mean and sample stddev of the per-repetition tokens/s.
@@ -110,21 +111,29 @@ class Bench:
         L.llama_free(ctx)
         return result
 
-    def test_tg(self, n: int, reps: int) -> dict:
-        ctx = self.context(n)
-        batch = L.llama_batch_init(1, 0, 1)
+    def test_tg(self, n: int, reps: int, depth: int = 0) -> dict:
+        ctx = self.context(depth + n)
+        batch = L.llama_batch_init(max(1, min(depth, 2048)), 0, 1)
 
         def run() -> float:
             L.llama_kv_cache_clear(ctx)
+            done = 0
+            while done < depth:  # the depth, untimed (llama-bench's -d)
+                count = min(depth - done, 2048)
+                self.fill(batch, [self.token() for _ in range(count)],
+                          list(range(done, done + count)), [0] * count, [False] * count)
+                if L.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed (depth)")
+                done += count
             tokens = [self.token() for _ in range(n)]
             start = time.perf_counter()
             for i in range(n):
-                self.fill(batch, [tokens[i]], [i], [0], [True])
+                self.fill(batch, [tokens[i]], [depth + i], [0], [True])
                 if L.llama_decode(ctx, batch) != 0:
                     raise RuntimeError("llama_decode failed (tg)")
             return time.perf_counter() - start
 
-        result = self.timed(f"tg{n}", n, run, reps)
+        result = self.timed(f"tg{n}" + (f" @ d{depth}" if depth else ""), n, run, reps)
         L.llama_batch_free(batch)
         L.llama_free(ctx)
         return result
@@ -162,6 +171,8 @@ def main() -> int:
     parser.add_argument("-r", "--reps", type=int, default=5)
     parser.add_argument("-p", "--n-prompt", type=int, default=512)
     parser.add_argument("-n", "--n-gen", type=int, default=128)
+    parser.add_argument("-d", "--depth", type=int, default=0,
+                        help="tokens already in the cache before the tg test (untimed)")
     parser.add_argument("-ub", "--ubatch-size", type=int, default=512)
     parser.add_argument("--parallel", type=int, default=0)
     parser.add_argument("--parallel-prompt", type=int, default=128)
@@ -174,7 +185,7 @@ def main() -> int:
     if args.n_prompt > 0:
         results.append(bench.test_pp(args.n_prompt, args.reps))
     if args.n_gen > 0:
-        results.append(bench.test_tg(args.n_gen, args.reps))
+        results.append(bench.test_tg(args.n_gen, args.reps, args.depth))
     if args.parallel > 0:
         results.append(bench.test_batched(args.parallel, args.parallel_prompt, args.parallel_gen,
                                           args.reps))

@@ -12,7 +12,8 @@ Tests (as llama.cpp's llama-bench does them):
          tokens (n_batch 2048, n_ubatch 512 => one ubatch), logits for the last token only.
          tokens/s = 512 / wall time.
   tg128  one context with n_ctx = 128; each rep clears the KV cache and decodes 128 tokens one
-         at a time (each a batch of 1 with logits), starting from an empty cache.
+         at a time (each a batch of 1 with logits), starting from an empty cache (with -d D:
+         after D random tokens decoded untimed, as llama-bench's -d; "tg128 @ dD").
          tokens/s = 128 / wall time.
   batchedN (--parallel N): as llama-batched-bench: N sequences in one unified cache, each
          given a random --parallel-prompt token prompt, then --parallel-gen steps that decode one
@@ -114,15 +115,15 @@ class Bench:
             done += n
         L.llama_synchronize(ctx)
 
-    # --- tg: n_gen single-token decodes from an empty cache ---
-    def run_tg(self, ctx, batch, n_gen: int, toks: list[int]) -> None:
+    # --- tg: n_gen single-token decodes from an empty cache, or after `depth` tokens ---
+    def run_tg(self, ctx, batch, n_gen: int, toks: list[int], depth: int = 0) -> None:
         tok_arr = batch.token
         pos_arr = batch.pos
         decode = L.llama_decode
         sync = L.llama_synchronize
         for i in range(n_gen):
             tok_arr[0] = toks[i]
-            pos_arr[0] = i
+            pos_arr[0] = depth + i
             if decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed (tg)")
             sync(ctx)
@@ -147,8 +148,16 @@ class Bench:
         L.llama_free(ctx)
         return self._summ(f"pp{n_prompt}", n_prompt, samples, internal)
 
-    def test_tg(self, n_gen: int, reps: int, warmup: bool) -> dict:
-        ctx = self.context(n_gen)
+    def fill_depth(self, ctx, depth: int) -> None:
+        """`depth` random tokens into the cleared cache, untimed (llama-bench's -d)."""
+        if depth == 0:
+            return
+        batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self.run_pp(ctx, batch, depth)
+        L.llama_batch_free(batch)
+
+    def test_tg(self, n_gen: int, reps: int, warmup: bool, depth: int = 0) -> dict:
+        ctx = self.context(depth + n_gen)
         batch = L.llama_batch_init(1, 0, 1)
         batch.n_tokens = 1
         batch.n_seq_id[0] = 1
@@ -156,16 +165,20 @@ class Bench:
         batch.logits[0] = 1
         mem = L.llama_get_memory(ctx)
         first = self.bos if self.add_bos else self.rand_tok()
+        if depth > 0:
+            first = self.rand_tok()  # (the depth's tokens start with BOS)
         if warmup:
             L.llama_memory_clear(mem, False)
-            self.run_tg(ctx, batch, 1, [first])
+            self.fill_depth(ctx, depth)
+            self.run_tg(ctx, batch, 1, [first], depth)
         samples, internal = [], []
         for _ in range(reps):
             toks = [first] + [self.rand_tok() for _ in range(n_gen - 1)]
             L.llama_memory_clear(mem, False)
+            self.fill_depth(ctx, depth)
             L.llama_perf_context_reset(ctx)
             t0 = time.perf_counter_ns()
-            self.run_tg(ctx, batch, n_gen, toks)
+            self.run_tg(ctx, batch, n_gen, toks, depth)
             dt = time.perf_counter_ns() - t0
             samples.append(dt)
             pc = L.llama_perf_context(ctx)
@@ -174,7 +187,8 @@ class Bench:
             internal.append((pc.t_eval_ms + pc.t_p_eval_ms) * 1e6)
         L.llama_batch_free(batch)
         L.llama_free(ctx)
-        return self._summ(f"tg{n_gen}", n_gen, samples, internal)
+        return self._summ(f"tg{n_gen}" + (f" @ d{depth}" if depth else ""), n_gen, samples,
+                          internal)
 
     # --- batched: n_seq sequences, each a random prompt of n_pp tokens, then n_tg steps that
     # decode one token of every sequence in one batch (llama-batched-bench's S_TG) ---
@@ -250,6 +264,8 @@ def main() -> int:
     ap.add_argument("-r", "--reps", type=int, default=5)
     ap.add_argument("-p", "--n-prompt", type=int, default=512, help="pp test size (0 = skip)")
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="tg test size (0 = skip)")
+    ap.add_argument("-d", "--depth", type=int, default=0,
+                    help="tokens already in the cache before the tg test (untimed, llama-bench's -d)")
     ap.add_argument("-b", "--batch-size", type=int, default=2048)
     ap.add_argument("-ub", "--ubatch-size", type=int, default=512)
     ap.add_argument("-fa", "--flash-attn", choices=["auto", "on", "off"], default="auto")
@@ -273,7 +289,7 @@ def main() -> int:
     if args.n_prompt > 0:
         results.append(b.test_pp(args.n_prompt, args.reps, not args.no_warmup))
     if args.n_gen > 0:
-        results.append(b.test_tg(args.n_gen, args.reps, not args.no_warmup))
+        results.append(b.test_tg(args.n_gen, args.reps, not args.no_warmup, args.depth))
     if args.parallel > 0:
         results.append(b.test_batched(args.parallel, args.parallel_prompt, args.parallel_gen,
                                       args.reps, not args.no_warmup))

@@ -74,15 +74,20 @@ double median(std::vector<double> values) {
 // Bytes one decoded token reads: every weight matrix once (the output matrix too, even when it
 // is the tied embedding; of a MoE layer's routed experts the ones it chooses; the embedding
 // lookup itself reads one row), the norms, and the cached keys and values (MLA: latents) of
-// `context` positions.
+// `context` positions (of at most the window in sliding-window layers).
 double decode_bytes_per_token(const DecoderModel& model, double context, DType cache_type) {
   const ModelConfig& config = model.config();
   double total = model.weights().decode_weight_bytes() +
                  static_cast<double>(model.weights().token_embedding.row_bytes());
   total += static_cast<double>(config.hidden_size) * sizeof(float) * (2 * config.num_layers + 1);
-  total += static_cast<double>(PagedKvCache::block_bytes(config.num_layers, config.kv_size(), 1,
-                                                         cache_type, config.kv_values_are_keys())) *
-           context;
+  // Sliding-window layers read only their window.
+  const double layer_bytes = static_cast<double>(
+      PagedKvCache::block_bytes(1, config.kv_size(), 1, cache_type, config.kv_values_are_keys()));
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    total += layer_bytes * (config.layer_is_local(layer)
+                                ? std::min(context, static_cast<double>(config.sliding_window))
+                                : context);
+  }
   return total;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/aligned_allocator.h"
@@ -550,6 +551,22 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
     // before). Cache positions, not RoPE's batch.positions: they differ after SnapKV.
     const int run_first = sequence.start_position + (run.first_token - sequence.first_token);
     const int run_end = run_first + run.num_tokens;
+    // A span's keys (transposed, stride `span`) and values widened to f32: the sequence's
+    // widened span, or loaded into this thread's buffers (once per span).
+    int loaded_span = -1;
+    auto widened_span = [&](int span_start,
+                            int span_count) -> std::pair<const float*, const float*> {
+      if (head_spans != nullptr) {
+        const float* keys = head_spans + (span_start / span - lowest_span) * 2 * span_floats;
+        return {keys, keys + span_floats};
+      }
+      if (loaded_span != span_start) {
+        load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
+                  values.data());
+        loaded_span = span_start;
+      }
+      return {keys_by_dimension.data(), values.data()};
+    };
     for (int span_start = first_visible_span(shape.window, run_first, span);
          span_start < run_end; span_start += span) {
       const int span_count = std::min(span, run_end - span_start);
@@ -561,15 +578,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       int tail_count[kTokensPerRun];
       if (split_window_tails(shape.window, run_first, run.num_tokens, span_start, visible,
                              tail_start, tail_count)) {
-        const float* span_keys = keys_by_dimension.data();
-        const float* span_values = values.data();
-        if (head_spans != nullptr) {
-          span_keys = head_spans + (span_start / span - lowest_span) * 2 * span_floats;
-          span_values = span_keys + span_floats;
-        } else {
-          load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
-                    values.data());
-        }
+        const auto [span_keys, span_values] = widened_span(span_start, span_count);
         for (int i = 0; i < run.num_tokens; ++i) {
           if (tail_start[i] < 0) continue;
           state.update_tail(i, queries + offset + i * q_stride, shape.scale, tail_start[i],
@@ -614,15 +623,7 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
                      key_groups, block_size, value_groups);
         continue;
       }
-      const float* span_keys = keys_by_dimension.data();
-      const float* span_values = values.data();
-      if (head_spans != nullptr) {
-        span_keys = head_spans + (span_start / span - lowest_span) * 2 * span_floats;
-        span_values = span_keys + span_floats;
-      } else {
-        load_span(sequence, kv_head, span_start, span_count, keys_by_dimension.data(),
-                  values.data());
-      }
+      const auto [span_keys, span_values] = widened_span(span_start, span_count);
       state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible, span_keys,
                    span_values);
     }
