@@ -205,7 +205,7 @@ def main() -> int:
         mamba = write_variant(work / "mamba.gguf", arch="mamba")
         expect_error(t, "an unsupported architecture", ["generate", "-m", str(mamba), "-p", "a"],
                      f"tachyon: error: {mamba}: architecture 'mamba' is not supported; "
-                     f"supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2")
+                     f"supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, gemma3")
         iq4 = write_variant(work / "iq4.gguf", tensor_type_for="blk.0.attn_q.weight")
         expect_error(t, "an unsupported tensor type", ["generate", "-m", str(iq4), "-p", "a"],
                      f"tachyon: error: {iq4}: tensor 'blk.0.attn_q.weight' has type IQ4_NL, "
