@@ -40,6 +40,9 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
 fi
 
+# XGrammar's C++ source for constrained decoding (src/constrain).
+"$root/scripts/fetch_xgrammar.sh"
+
 "$root/scripts/fetch_model.sh"
 # Gemma 3 270M: the sliding-window model the KV-memory tests and benchmarks run.
 "$root/scripts/fetch_model.sh" gemma3

@@ -15,7 +15,9 @@
 #include "cli/speculation_flags.h"
 #include "core/paths.h"
 #include "gateway/gateway.h"
+#include "constrain/constraint_compiler.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 #include "server/http_server.h"
 
 namespace tachyon::cli {
@@ -28,6 +30,7 @@ struct ServeCommandOptions {
   std::string kv_cache_memory;  // fraction or size; empty: the engine's default
   std::string kv_disk_size = "8GiB";  // --kv-disk-size
   std::string context_overflow = "error";  // default policy: error or truncate
+  double grammar_compile_timeout_seconds = 10;  // --grammar-compile-timeout
   EngineOptions engine;
   SpeculationFlags speculation;
 };
@@ -38,6 +41,7 @@ struct LoadedModel {
   ModelSession session;
   DraftSession draft;  // --draft-model
   std::optional<ChatTemplate> chat_template;
+  std::unique_ptr<ConstraintCompiler> constraints;  // response_format grammars
   std::unique_ptr<Engine> engine;
 };
 
@@ -77,6 +81,18 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   if (vocabulary.eos_id) served->eos_token = vocabulary.tokens[*vocabulary.eos_id];
   served->max_context = loaded.engine->max_context();
   served->context_overflow = *server::parse_context_overflow(options.context_overflow);
+  Result<std::unique_ptr<ConstraintCompiler>> constraints = ConstraintCompiler::create(
+      *loaded.session.tokenizer, Generator::end_of_generation_tokens(vocabulary),
+      loaded.session.model->config().vocab_size);
+  if (constraints.ok()) {
+    loaded.constraints = std::move(*constraints);
+    served->constraints = loaded.constraints.get();
+  } else {
+    spdlog::warn("{}; response_format other than text will answer 400",
+                 constraints.status().message());
+  }
+  served->grammar_compile_limit = std::chrono::milliseconds(
+      static_cast<int64_t>(options.grammar_compile_timeout_seconds * 1000));
   http_server.set_model(std::move(served));
 
   const double seconds =
@@ -191,6 +207,11 @@ void add_serve_command(CLI::App& app) {
                    "first 16 tokens and a recent window in the KV cache and generate on); a "
                    "request's \"context_overflow\" overrides it")
       ->check(CLI::IsMember({"error", "truncate", "sink"}));
+  command
+      ->add_option("--grammar-compile-timeout", options->grammar_compile_timeout_seconds,
+                   "Seconds a request's response_format (JSON schema, regex, grammar) may take "
+                   "to compile before it is refused with a 400")
+      ->check(CLI::Range(0.001, 3600.0));
   command->add_option("--kv-cache-mem", options->kv_cache_memory,
                       "KV cache memory: a fraction of free RAM (0.25, the default) or a size "
                       "(2GiB, 512MiB, bytes)");

@@ -245,9 +245,19 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   int accepted = 0;
   for (int i = 0; i <= num_drafts; ++i) {
     const bool whole_history = active.request.sink;
+    TokenConstraint* constraint = active.request.constraint.get();
     const TokenId token = active.sampler.sample(runner_.logits_for(logits_row + i),
                                                 whole_history ? active.history : request.tokens,
-                                                request.num_prompt_tokens);
+                                                request.num_prompt_tokens, constraint);
+    if (active.sampler.constraint_failed()) {
+      // The grammar allows no token here (a grammar that can never end, or one whose only way
+      // on is a token the vocabulary lacks): the request fails rather than break its format.
+      output.text += active.stop.flush();
+      output.status = Status(StatusCode::kInternal,
+                             "the output's grammar allows no token at this point");
+      output.finished = true;
+      break;
+    }
     request.tokens.push_back(token);
     if (whole_history) active.history.push_back(token);
     ++active.num_completion_tokens;
@@ -260,6 +270,15 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
       output.finish_reason = update.finish_reason;
       // Out of tokens in the middle of a character: its bytes become U+FFFD, as in a full decode.
       if (update.finish_reason == FinishReason::kLength) output.text += active.detokenizer.finish();
+      output.finished = true;
+      break;
+    }
+    if (constraint != nullptr && constraint->is_terminated()) {
+      // It accepted an end-of-generation token the stop condition let through (ignore_eos):
+      // the grammar allows nothing more.
+      output.text += active.detokenizer.finish();
+      output.text += active.stop.flush();
+      output.finish_reason = FinishReason::kStop;
       output.finished = true;
       break;
     }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "sampling/stop_condition.h"
+#include "sampling/token_constraint.h"
 #include "scheduler/request.h"  // Priority, RequestId
 
 namespace tachyon {
@@ -41,6 +43,10 @@ struct EngineRequest {
   // Opt out of the engine's speculative decoding (it never changes the output; a client may
   // still prefer not to spend compute on guesses).
   bool speculate = true;
+  // The output's grammar (response_format json_schema, regex...): every sampled token is one it
+  // allows; drafts it rejects are simply not accepted. Owned by this request alone (it keeps
+  // the parser's state); null ⇒ free text.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // One event of a request's stream. A request produces zero or more events with new tokens,

@@ -239,9 +239,58 @@ size_t Sampler::collect_nucleus(std::span<const float> logits, double target) {
 }
 
 TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> context,
-                        size_t num_prompt_tokens) {
+                        size_t num_prompt_tokens, TokenConstraint* constraint) {
   apply_bias_and_penalties(logits, context, num_prompt_tokens);
+  constraint_failed_ = false;
+  if (constraint == nullptr) return pick(logits);
 
+  // The mask goes first when more than the chosen token depends on it: logprobs describe the
+  // constrained distribution, and truncation (top-k, top-p, min-p) keeps allowed tokens only.
+  // Otherwise the token picked without it is checked, and the mask is built only when the
+  // constraint rejects it: for greedy the same token; for sampling the same distribution (a
+  // rejected draw is redrawn from the masked one, so each allowed token keeps probability
+  // p / allowed mass), at the cost of a second uniform when it happens.
+  const bool truncates = params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
+  const bool mask_first = params_.logprobs || (!params_.is_greedy() && truncates);
+  if (mask_first) constraint->mask(logits);
+  TokenId token = pick(logits);
+  if (constraint->accept(token)) return token;
+  if (!mask_first) {
+    constraint->mask(logits);
+    token = pick_again(logits);
+    if (constraint->accept(token)) return token;
+  }
+  constraint_failed_ = true;  // the constraint allows nothing here
+  return token;
+}
+
+TokenId Sampler::pick_again(std::span<float> logits) {
+  if (params_.is_greedy()) return argmax(logits);
+  // The logits are already divided by the temperature; shifted again so the best allowed one
+  // is 0 (the one drawn before may have been the only one near 0).
+  const float max = max_logit(logits);
+  if (!(max > kNegInf)) return argmax(logits);
+  for (float& logit : logits) logit = shifted(logit, max);
+  return draw_whole_vocabulary(logits, uniform());
+}
+
+TokenId Sampler::draw_whole_vocabulary(std::span<const float> logits, double u) const {
+  double total = 0.0;
+  for (float logit : logits) total += exp_weight(logit);
+  const double target = u * total;
+  double cumulative = 0.0;
+  TokenId token = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float weight = exp_weight(logits[i]);
+    if (weight <= 0.0f) continue;
+    cumulative += weight;
+    token = static_cast<TokenId>(i);
+    if (target < cumulative) break;  // otherwise rounding: the last possible token
+  }
+  return token;
+}
+
+TokenId Sampler::pick(std::span<float> logits) {
   if (params_.is_greedy()) {
     const TokenId token = argmax(logits);
     if (params_.logprobs) {
@@ -287,17 +336,7 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> contex
     if (use_min_p) {
       for (float& logit : logits) logit = logit >= min_p_threshold ? logit : kNegInf;
     }
-    double total = 0.0;
-    for (float logit : logits) total += exp_weight(logit);
-    const double target = u * total;
-    double cumulative = 0.0;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float weight = exp_weight(logits[i]);
-      if (weight <= 0.0f) continue;
-      cumulative += weight;
-      token = static_cast<TokenId>(i);
-      if (target < cumulative) break;  // otherwise rounding: the last possible token
-    }
+    token = draw_whole_vocabulary(logits, u);
   } else {
     // Survivors are candidates_[0, size), sorted best first (strict total order, so the same
     // with any standard library); scratch keeps its capacity, so no allocation after warm-up.

@@ -35,6 +35,7 @@
 
 #include "core/status.h"
 #include "sampling/sampling_params.h"
+#include "sampling/token_constraint.h"
 
 namespace tachyon {
 
@@ -58,8 +59,12 @@ class Sampler {
   // tokens generated so far; its first `num_prompt_tokens` are the prompt. Ids in `context`
   // outside the vocabulary are ignored by the penalties. NaN logits count as -infinity; +inf
   // logits share all the probability; if every logit is -inf or NaN the result is token 0.
+  //
+  // With a `constraint` the token is one it allows, and it has been accepted by it; when it
+  // allows nothing, constraint_failed() is true afterwards (the token is then meaningless).
   TokenId sample(std::span<float> logits, std::span<const TokenId> context,
-                 size_t num_prompt_tokens);
+                 size_t num_prompt_tokens, TokenConstraint* constraint = nullptr);
+  bool constraint_failed() const { return constraint_failed_; }
 
   // Steps 1–2 alone, in place: exposed for tests and for callers that need the processed
   // logits (e.g. speculative verification).
@@ -81,6 +86,12 @@ class Sampler {
     TokenId id;
   };
 
+  // Steps 3-8 on biased, penalised logits.
+  TokenId pick(std::span<float> logits);
+  // A second pick after the constraint rejected the first and masked the logits.
+  TokenId pick_again(std::span<float> logits);
+  // Inverse CDF over the whole vocabulary; `logits` are relative to their best (<= 0).
+  TokenId draw_whole_vocabulary(std::span<const float> logits, double u) const;
   void apply_penalties(std::span<float> logits, std::span<const TokenId> context,
                        size_t num_prompt_tokens);
   // Normaliser and top-N of the distribution in `logits`; then the chosen token's entry.
@@ -110,6 +121,7 @@ class Sampler {
   SampleLogprobs logprobs_;
   float logprob_max_ = 0.0f;     // of the distribution last passed to compute_logprobs
   double log_normalizer_ = 0.0;  // log Σ exp(logit - logprob_max_)
+  bool constraint_failed_ = false;
 };
 
 }  // namespace tachyon

@@ -1,5 +1,12 @@
 #include "server/api_router.h"
 
+#include <algorithm>
+#include <chrono>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
 #include "runtime/engine.h"
@@ -301,12 +308,54 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   EngineRequest engine_request;
   PromptTruncation truncation;
   if (!error) error = build_engine_request(parsed, *model, engine_request, &truncation);
+  if (!error && parsed.constraint) {
+    std::shared_ptr<const CompiledConstraint> grammar;
+    error = co_await compile_constraint(*model, *parsed.constraint, grammar);
+    if (!error) engine_request.constraint = model->constraints->start(grammar);
+  }
   std::optional<gateway::Admission> admission;
   if (!error && tenant) error = admit(*tenant, parsed, engine_request, admission, connection);
   if (error) co_return co_await connection.send_error(*error);
   GenerationSession session(context_, connection, model, parsed, std::move(admission),
                             truncation);
   co_return co_await session.run(std::move(engine_request));
+}
+
+asio::awaitable<std::optional<ApiError>> ApiRouter::compile_constraint(
+    const ServedModel& model, const ConstraintSpec& spec,
+    std::shared_ptr<const CompiledConstraint>& out) {
+  if (model.constraints == nullptr) {
+    co_return ApiError::invalid_request("this model cannot constrain its output",
+                                        "response_format", "unsupported_value");
+  }
+  Result<ConstraintCompiler::Compilation> compilation = model.constraints->begin(spec);
+  if (!compilation.ok()) co_return ApiError::from_status(compilation.status(), "response_format");
+  const auto deadline = std::chrono::steady_clock::now() + model.grammar_compile_limit;
+  // Most compilations take a few milliseconds: short pauses first, then up to 5 ms.
+  std::chrono::microseconds pause(100);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!compilation->done()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      compilation->abandon();
+      co_return ApiError::invalid_request(
+          fmt::format("response_format: the {} took longer than {} ms to compile (the server's "
+                      "--grammar-compile-timeout); simplify it",
+                      constraint_kind_name(spec.kind), model.grammar_compile_limit.count()),
+          "response_format", "grammar_compile_timeout");
+    }
+    timer.expires_after(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  Result<std::shared_ptr<const CompiledConstraint>> grammar = compilation->result();
+  if (!grammar.ok()) {
+    co_return ApiError::from_status(
+        Status(grammar.status().code(), "response_format: " + grammar.status().message()),
+        "response_format");
+  }
+  out = *grammar;
+  co_return std::nullopt;
 }
 
 std::optional<ApiError> ApiRouter::admit(const gateway::Tenant& tenant, const OpenAiRequest& parsed,

@@ -60,6 +60,12 @@ class ApiRouter {
   boost::json::object model_json() const;
   // The model, or a 503 to send while it loads.
   std::shared_ptr<const ServedModel> loaded_model(std::optional<ApiError>& error) const;
+  // Compiles response_format's grammar without blocking the I/O thread (the compilation runs
+  // on its own thread; this polls it); a 400 naming response_format when it is malformed,
+  // unsupported or over the time limit.
+  asio::awaitable<std::optional<ApiError>> compile_constraint(
+      const ServedModel& model, const ConstraintSpec& spec,
+      std::shared_ptr<const CompiledConstraint>& out);
 
   ServerContext& context_;
 };

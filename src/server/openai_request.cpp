@@ -359,20 +359,62 @@ std::optional<ApiError> refuse_unsupported(FieldReader& fields, Endpoint endpoin
                     json::serialize(*choice)),
         std::string(key), "unsupported_value");
   }
-  if (const json::value* format = fields.find("response_format")) {
-    const json::object* object = format->if_object();
-    const json::value* type = object ? object->if_contains("type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return ApiError::wrong_type("response_format", "an object with a string 'type'", *format);
-    }
-    if (type->get_string() != "text") {
-      return ApiError::invalid_request(
-          fmt::format("response_format type '{}' is not supported (only 'text')",
-                      type->get_string().c_str()),
-          "response_format", "unsupported_value");
-    }
-  }
   return fields.error;
+}
+
+// response_format: "text", "json_object", "json_schema" (OpenAI), and tachyon's "regex" and
+// "grammar" (the text under the key of the same name).
+std::optional<ApiError> parse_response_format(FieldReader& fields,
+                                              std::optional<ConstraintSpec>& out) {
+  const json::value* format = fields.find("response_format");
+  if (format == nullptr) return std::nullopt;
+  const json::object* object = format->if_object();
+  const json::value* type = object ? object->if_contains("type") : nullptr;
+  if (type == nullptr || !type->is_string()) {
+    return ApiError::wrong_type("response_format", "an object with a string 'type'", *format);
+  }
+  const std::string_view kind = type->get_string();
+  if (kind == "text") return std::nullopt;
+  if (kind == "json_object") {
+    out = ConstraintSpec{ConstraintSpec::Kind::kJsonObject, ""};
+    return std::nullopt;
+  }
+  if (kind == "json_schema") {
+    const json::value* spec = object->if_contains("json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      return ApiError::wrong_type("response_format.json_schema",
+                                  "an object with 'name' and 'schema'",
+                                  spec ? *spec : json::value(nullptr));
+    }
+    const json::value* schema = spec->get_object().if_contains("schema");
+    if (schema == nullptr || !(schema->is_object() || schema->is_bool())) {
+      return ApiError::wrong_type("response_format.json_schema.schema", "a JSON Schema object",
+                                  schema ? *schema : json::value(nullptr));
+    }
+    if (const json::value* strict = spec->get_object().if_contains("strict");
+        strict != nullptr && !strict->is_bool() && !strict->is_null()) {
+      return ApiError::wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+    }
+    // Enforced whether or not "strict" is set: an output that may not validate is no use.
+    out = ConstraintSpec{ConstraintSpec::Kind::kJsonSchema, json::serialize(*schema)};
+    return std::nullopt;
+  }
+  if (kind == "regex" || kind == "grammar") {
+    const json::value* text = object->if_contains(kind);
+    const std::string param = "response_format." + std::string(kind);
+    if (text == nullptr || !text->is_string() || text->get_string().empty()) {
+      return ApiError::wrong_type(param, "a non-empty string", text ? *text : json::value(nullptr));
+    }
+    out = ConstraintSpec{kind == "regex" ? ConstraintSpec::Kind::kRegex
+                                         : ConstraintSpec::Kind::kGrammar,
+                         std::string(text->get_string())};
+    return std::nullopt;
+  }
+  return ApiError::invalid_request(
+      fmt::format("response_format type '{}' is not supported (text, json_object, json_schema, "
+                  "regex, grammar)",
+                  std::string(kind)),
+      "response_format", "unsupported_value");
 }
 
 std::optional<ApiError> parse_sampling(FieldReader& fields, Endpoint endpoint,
@@ -482,6 +524,7 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
   }
   if (auto error = refuse_unsupported(fields, endpoint)) return error;
   if (auto error = parse_sampling(fields, endpoint, out.sampling)) return error;
+  if (auto error = parse_response_format(fields, out.constraint)) return error;
   if (auto x = fields.boolean("stream")) out.stream = *x;
   if (const json::value* options = fields.find("stream_options")) {
     if (!options->is_object()) return ApiError::wrong_type("stream_options", "an object", *options);

@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include "constrain/constraint_spec.h"
 #include "runtime/engine_request.h"
 #include "sampling/sampling_params.h"
 #include "server/api_error.h"
@@ -49,6 +50,8 @@ struct OpenAiRequest {
   bool speculative = true;
   // "context_overflow": unset = the server's default.
   std::optional<ContextOverflow> context_overflow;
+  // response_format other than "text": what the output must match.
+  std::optional<ConstraintSpec> constraint;
 };
 
 // Parses the body as JSON: 400 with a position on malformed JSON, 400 when it is not an object.

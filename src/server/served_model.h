@@ -2,10 +2,12 @@
 // owned by the serve command and outlive every request.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include "chat/chat_template.h"
+#include "constrain/constraint_compiler.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +27,10 @@ struct ServedModel {
   int max_context = 0;                          // Engine::max_context()
   // For requests that do not say (--context-overflow).
   ContextOverflow context_overflow = ContextOverflow::kError;
+  // response_format's grammars (null: the model cannot constrain its output), and how long a
+  // request's grammar may take to compile (--grammar-compile-timeout).
+  ConstraintCompiler* constraints = nullptr;
+  std::chrono::milliseconds grammar_compile_limit{10000};
 };
 
 }  // namespace tachyon::server

@@ -528,3 +528,136 @@ TEST(SamplerTest, CreateRejectsInvalidParams) {
 
 }  // namespace
 }  // namespace tachyon
+
+// ---------------------------------------------------------------- constraints
+
+namespace tachyon {
+namespace {
+
+// Allows a fixed set of tokens at every step; counts how often the mask had to be built.
+class SetConstraint : public TokenConstraint {
+ public:
+  explicit SetConstraint(std::set<TokenId> allowed) : allowed_(std::move(allowed)) {}
+  bool accept(TokenId token) override {
+    if (!allowed_.count(token)) return false;
+    accepted.push_back(token);
+    return true;
+  }
+  void mask(std::span<float> logits) override {
+    ++masks;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!allowed_.count(static_cast<TokenId>(i))) logits[i] = -kInf;
+    }
+  }
+  void rollback(int num_tokens) override { accepted.resize(accepted.size() - num_tokens); }
+  bool is_terminated() const override { return false; }
+
+  std::vector<TokenId> accepted;
+  int masks = 0;
+
+ private:
+  std::set<TokenId> allowed_;
+};
+
+TokenId draw_constrained(Sampler& sampler, const std::vector<float>& logits,
+                         TokenConstraint& constraint) {
+  std::vector<float> copy = logits;
+  return sampler.sample(copy, {}, 0, &constraint);
+}
+
+TEST(SamplerConstraintTest, GreedyChecksTheBestTokenFirst) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  Sampler sampler(params, 4);
+  SetConstraint allows_best({1, 3});
+  EXPECT_EQ(draw_constrained(sampler, logits, allows_best), 1);
+  EXPECT_EQ(allows_best.masks, 0);  // the argmax was allowed: no mask built
+  SetConstraint rejects_best({0, 2, 3});
+  EXPECT_EQ(draw_constrained(sampler, logits, rejects_best), 2);
+  EXPECT_EQ(rejects_best.masks, 1);
+  EXPECT_EQ(rejects_best.accepted, std::vector<TokenId>{2});
+  EXPECT_FALSE(sampler.constraint_failed());
+}
+
+TEST(SamplerConstraintTest, NothingAllowedIsReported) {
+  const std::vector<float> logits = {1.0f, 3.0f};
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams params = seeded(5);
+    params.temperature = temperature;
+    Sampler sampler(params, 2);
+    SetConstraint none({});
+    draw_constrained(sampler, logits, none);
+    EXPECT_TRUE(sampler.constraint_failed()) << temperature;
+    EXPECT_TRUE(none.accepted.empty());
+  }
+}
+
+TEST(SamplerConstraintTest, SamplingDrawsFromTheMaskedDistribution) {
+  // Check-first-then-redraw must give each allowed token p / (allowed mass) exactly, whether
+  // or not a mask is built first (top-k forces it first; logprobs too).
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -0.3f};
+  const std::set<TokenId> allowed = {0, 2, 3, 5, 7};  // the three best are not allowed
+  constexpr int kDraws = 20000;
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams params = seeded(77 + variant);
+    params.temperature = 0.8f;
+    if (variant == 1) params.top_k = 8;  // truncation that keeps everything
+    if (variant == 2) params.logprobs = true;
+    Sampler sampler(params, 8);
+    SetConstraint constraint(allowed);
+    std::vector<int> counts(8, 0);
+    for (int i = 0; i < kDraws; ++i) {
+      ++counts[static_cast<size_t>(draw_constrained(sampler, logits, constraint))];
+      ASSERT_FALSE(sampler.constraint_failed());
+    }
+    EXPECT_EQ(constraint.accepted.size(), static_cast<size_t>(kDraws));
+    std::vector<double> expected = softmax(logits, 0.8);
+    double mass = 0.0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      if (!allowed.count(static_cast<TokenId>(i))) expected[i] = 0.0;
+      mass += expected[i];
+    }
+    for (double& p : expected) p /= mass;
+    EXPECT_LT(chi_square(counts, expected, kDraws), 35.0) << variant;  // 4 degrees of freedom
+    if (variant == 0) {
+      EXPECT_LT(constraint.masks, kDraws);  // allowed first draws needed no mask
+    } else {
+      EXPECT_EQ(constraint.masks, kDraws);
+    }
+  }
+}
+
+TEST(SamplerConstraintTest, LogprobsDescribeTheConstrainedDistribution) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.logprobs = true;
+  params.top_logprobs = 4;
+  Sampler sampler(params, 4);
+  SetConstraint constraint({0, 2});
+  EXPECT_EQ(draw_constrained(sampler, logits, constraint), 2);
+  const SampleLogprobs& logprobs = sampler.last_logprobs();
+  const double expected = 2.0 - std::log(std::exp(1.0) + std::exp(2.0));
+  EXPECT_NEAR(logprobs.chosen.logprob, expected, 1e-5);
+  ASSERT_EQ(logprobs.top.size(), 4u);
+  EXPECT_EQ(logprobs.top[0].token, 2);
+  EXPECT_EQ(logprobs.top[1].token, 0);
+  EXPECT_EQ(logprobs.top[2].logprob, -kInf);  // not allowed: probability 0
+}
+
+TEST(SamplerConstraintTest, SameSeedSameConstrainedTokens) {
+  const std::vector<float> logits = random_logits(64, 9);
+  std::set<TokenId> allowed;
+  for (TokenId id = 0; id < 64; id += 3) allowed.insert(id);
+  std::vector<TokenId> first, second;
+  for (std::vector<TokenId>* out : {&first, &second}) {
+    Sampler sampler(seeded(42), 64);
+    SetConstraint constraint(allowed);
+    for (int i = 0; i < 200; ++i) out->push_back(draw_constrained(sampler, logits, constraint));
+  }
+  EXPECT_EQ(first, second);
+}
+
+}  // namespace
+}  // namespace tachyon

@@ -230,11 +230,48 @@ TEST(OpenAiRequestTest, UnsupportedChoicesAreRefused) {
   expect_param(n, "n");
   EXPECT_EQ(n.code.value_or(""), "unsupported_value");
   expect_param(chat_error(R"("n":0)"), "n");
-  expect_param(chat_error(R"("response_format":{"type":"json_object"})"), "response_format");
-  EXPECT_FALSE(parse_chat_ok(R"("response_format":{"type":"text"})").stream);
+  expect_param(chat_error(R"("response_format":{"type":"xml"})"), "response_format");
   expect_param(completion_error(R"("prompt":"x","echo":true)"), "echo");
   expect_param(completion_error(R"("prompt":"x","best_of":3)"), "best_of");
   expect_param(completion_error(R"("prompt":"x","suffix":"end")"), "suffix");
+}
+
+TEST(OpenAiRequestTest, ResponseFormatBecomesAConstraint) {
+  EXPECT_FALSE(parse_chat_ok(R"("response_format":{"type":"text"})").constraint);
+  std::optional<ConstraintSpec> spec =
+      parse_chat_ok(R"("response_format":{"type":"json_object"})").constraint;
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->kind, ConstraintSpec::Kind::kJsonObject);
+  spec = parse_chat_ok(R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+                       R"("strict":true,"schema":{"type":"object","properties":{}}}})")
+             .constraint;
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->kind, ConstraintSpec::Kind::kJsonSchema);
+  EXPECT_EQ(spec->source, R"({"type":"object","properties":{}})");
+  spec = parse_chat_ok(R"("response_format":{"type":"regex","regex":"[ab]+"})").constraint;
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->kind, ConstraintSpec::Kind::kRegex);
+  EXPECT_EQ(spec->source, "[ab]+");
+  spec = parse_chat_ok(R"("response_format":{"type":"grammar","grammar":"root ::= \"a\""})")
+             .constraint;
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->kind, ConstraintSpec::Kind::kGrammar);
+  EXPECT_EQ(spec->source, R"(root ::= "a")");
+
+  expect_param(chat_error(R"("response_format":"json")"), "response_format");
+  expect_param(chat_error(R"("response_format":{"type":"json_schema"})"),
+               "response_format.json_schema");
+  expect_param(chat_error(R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})"),
+               "response_format.json_schema.schema");
+  expect_param(
+      chat_error(R"("response_format":{"type":"json_schema","json_schema":{"schema":[1]}})"),
+      "response_format.json_schema.schema");
+  expect_param(chat_error(R"("response_format":{"type":"json_schema","json_schema":)"
+                          R"({"schema":{},"strict":"yes"}})"),
+               "response_format.json_schema.strict");
+  expect_param(chat_error(R"("response_format":{"type":"regex"})"), "response_format.regex");
+  expect_param(chat_error(R"("response_format":{"type":"grammar","grammar":""})"),
+               "response_format.grammar");
 }
 
 // Tool calling is not built: asking for it is a 400 naming the field, never a silent text
