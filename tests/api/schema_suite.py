@@ -91,6 +91,13 @@ BASE: list[tuple[str, dict, str]] = [
     ("string_lengths", {"type": "string", "minLength": 3, "maxLength": 8}, "A word."),
     ("min_max_properties", {"type": "object", "additionalProperties": {"type": "integer"},
                             "minProperties": 1, "maxProperties": 3}, "Some counts."),
+    ("pattern_properties", {"type": "object", "patternProperties": {
+        "^n_[a-z]{1,8}$": {"type": "integer"}}, "additionalProperties": False,
+        "minProperties": 1, "maxProperties": 2}, "Some named counts."),
+    ("property_names", {"type": "object", "propertyNames": {"type": "string",
+                                                            "pattern": "^[a-z]{1,6}$"},
+                        "additionalProperties": {"type": "boolean"}, "maxProperties": 3},
+     "Some flags."),
     ("empty_object", {"type": "object", "properties": {}, "additionalProperties": False},
      "Nothing."),
 ]
