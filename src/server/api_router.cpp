@@ -308,8 +308,8 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   EngineRequest engine_request;
   PromptTruncation truncation;
   if (!error) error = build_engine_request(parsed, *model, engine_request, &truncation);
+  std::shared_ptr<const CompiledConstraint> grammar;
   if (!error && parsed.constraint) {
-    std::shared_ptr<const CompiledConstraint> grammar;
     error = co_await compile_constraint(*model, *parsed.constraint, grammar);
     if (!error) engine_request.constraint = model->constraints->start(grammar);
   }
@@ -318,7 +318,7 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   if (error) co_return co_await connection.send_error(*error);
   GenerationSession session(context_, connection, model, parsed, std::move(admission),
                             truncation);
-  co_return co_await session.run(std::move(engine_request));
+  co_return co_await session.run(std::move(engine_request), std::move(grammar));
 }
 
 asio::awaitable<std::optional<ApiError>> ApiRouter::compile_constraint(
@@ -369,6 +369,7 @@ std::optional<ApiError> ApiRouter::admit(const gateway::Tenant& tenant, const Op
   std::optional<int64_t> max_tokens;
   if (parsed.sampling.max_tokens || parsed.endpoint == Endpoint::kCompletions) {
     max_tokens = engine_request.sampling.max_tokens;
+    if (max_tokens) *max_tokens *= parsed.n;  // every choice may use them all
   }
   gateway::AdmitResult result =
       gateway.admit(tenant, parsed.model, static_cast<int64_t>(engine_request.prompt.size()),

@@ -17,13 +17,6 @@ namespace {
 constexpr size_t kMaxBufferedBytes = 1 << 20;
 constexpr size_t kReadChunkBytes = 4096;
 
-RequestEnd end_of(const EngineOutput& output) {
-  if (output.status.ok()) {
-    return output.finish_reason == FinishReason::kLength ? RequestEnd::kLength : RequestEnd::kStop;
-  }
-  return output.status.code() == StatusCode::kCancelled ? RequestEnd::kAbort : RequestEnd::kError;
-}
-
 }  // namespace
 
 // Shared with the engine's notify callback. After the session ends, notifications are
@@ -78,13 +71,56 @@ GenerationSession::GenerationSession(ServerContext& context, Connection& connect
 GenerationSession::~GenerationSession() {
   settle(nullptr, "cancelled");  // only if nothing settled it before
   waker_->close();
-  if (stream_) {
-    if (!finished_) model_->engine->cancel(stream_->id());
-    context_.remove_request(stream_->id());
+  for (Choice& choice : choices_) {
+    if (!choice.stream) continue;
+    if (!choice.finished) model_->engine->cancel(choice.stream->id());
+    context_.remove_request(choice.stream->id());
   }
 }
 
-asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
+Status GenerationSession::submit_choice(int index) {
+  EngineRequest request = base_request_;
+  if (index > 0) {
+    if (request.sampling.seed) request.sampling.seed = *request.sampling.seed + index;
+    if (grammar_) request.constraint = model_->constraints->start(grammar_);
+  }
+  std::shared_ptr<Waker> waker = waker_;
+  Result<std::shared_ptr<RequestStream>> submitted =
+      model_->engine->submit(std::move(request), [waker] { waker->notify(); });
+  if (!submitted.ok()) return submitted.status();
+  Choice& choice = choices_[static_cast<size_t>(index)];
+  choice.stream = std::move(*submitted);
+  context_.add_request(choice.stream->id());
+  return Status();
+}
+
+Status GenerationSession::submit_remaining_choices() {
+  for (size_t i = 1; i < choices_.size(); ++i) {
+    if (!choices_[i].stream) TACHYON_RETURN_IF_ERROR(submit_choice(static_cast<int>(i)));
+  }
+  return Status();
+}
+
+EngineOutput GenerationSession::total_counts() const {
+  EngineOutput total;
+  if (choices_.empty()) return total;
+  total.prompt_tokens = choices_[0].counts.prompt_tokens;
+  total.cached_prompt_tokens = choices_[0].counts.cached_prompt_tokens;
+  total.queue_seconds = choices_[0].counts.queue_seconds;
+  for (const Choice& choice : choices_) {
+    total.completion_tokens += choice.counts.completion_tokens;
+    total.dropped_tokens = std::max(total.dropped_tokens, choice.counts.dropped_tokens);
+  }
+  return total;
+}
+
+bool GenerationSession::all_finished() const {
+  return std::all_of(choices_.begin(), choices_.end(),
+                     [](const Choice& choice) { return choice.finished; });
+}
+
+asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request,
+                                             std::shared_ptr<const CompiledConstraint> grammar) {
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(context_.options().request_timeout_seconds));
   submit_time_ = Clock::now();
@@ -95,17 +131,15 @@ asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
     connection_.add_extra_header("x-dropped-messages",
                                  std::to_string(truncation_.dropped_messages));
   }
-  std::shared_ptr<Waker> waker = waker_;
-  Result<std::shared_ptr<RequestStream>> submitted =
-      model_->engine->submit(std::move(engine_request), [waker] { waker->notify(); });
-  if (!submitted.ok()) {
+  base_request_ = std::move(engine_request);
+  grammar_ = std::move(grammar);
+  choices_.resize(static_cast<size_t>(std::max(1, request_.n)));
+  if (Status submitted = submit_choice(0); !submitted.ok()) {
     settle(nullptr, "error");
     const bool chat = request_.endpoint == Endpoint::kChatCompletions;
     co_return co_await connection_.send_error(
-        ApiError::from_status(submitted.status(), chat ? "messages" : "prompt"));
+        ApiError::from_status(submitted, chat ? "messages" : "prompt"));
   }
-  stream_ = std::move(*submitted);
-  context_.add_request(stream_->id());
   start_watching();
   const bool keep_alive = request_.stream ? co_await answer_stream() : co_await answer_whole();
   co_await stop_watching();
@@ -113,35 +147,55 @@ asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request) {
 }
 
 asio::awaitable<bool> GenerationSession::answer_whole() {
-  std::string text;
-  std::vector<SampleLogprobs> logprobs;
-  EngineOutput last;
+  Status failure;
   while (!finished_) {
-    while (std::optional<EngineOutput> output = stream_->try_pop()) {
-      observe(*output);
-      text += output->text;
-      for (SampleLogprobs& sample : output->logprobs) logprobs.push_back(std::move(sample));
-      if (output->finished) {
-        finish_metrics(*output);
-        last = std::move(*output);
-        finished_ = true;
-        break;
+    for (Choice& choice : choices_) {
+      if (!choice.stream) continue;
+      while (!choice.finished) {
+        std::optional<EngineOutput> output = choice.stream->try_pop();
+        if (!output) break;
+        observe(choice, *output);
+        choice.answer.text += output->text;
+        for (SampleLogprobs& sample : output->logprobs) {
+          choice.answer.logprobs.push_back(std::move(sample));
+        }
+        if (output->finished) {
+          choice.finished = true;
+          choice.status = output->status;
+          choice.answer.finish_reason = output->finish_reason;
+          if (!output->status.ok() && failure.ok()) failure = output->status;
+        }
       }
     }
-    if (finished_) break;
+    if (!failure.ok()) break;
+    if (choices_[0].got_token || choices_[0].finished) {
+      if (Status submitted = submit_remaining_choices(); !submitted.ok()) failure = submitted;
+    }
+    if (!failure.ok()) break;
+    if (all_finished()) {
+      finished_ = true;
+      break;
+    }
     if (client_gone_) {
       cancel_request();
       co_return false;
     }
     co_await wait(Clock::now() + std::chrono::hours(24));
   }
-  if (!last.status.ok())
-    co_return co_await connection_.send_error(ApiError::from_status(last.status));
-  const Usage usage{last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens,
-                    truncation_.dropped_tokens + last.dropped_tokens, truncation_.dropped_messages};
+  if (!failure.ok()) {
+    cancel_request();
+    // cancel_request() settled it as cancelled; a failure counts as an error instead.
+    co_return co_await connection_.send_error(ApiError::from_status(failure));
+  }
+  const EngineOutput counts = total_counts();
+  finish_metrics(counts, choices_[0].answer.finish_reason);
+  const Usage usage{counts.prompt_tokens, counts.completion_tokens, counts.cached_prompt_tokens,
+                    truncation_.dropped_tokens + counts.dropped_tokens,
+                    truncation_.dropped_messages};
+  std::vector<ResponseBuilder::Choice> answers;
+  for (Choice& choice : choices_) answers.push_back(std::move(choice.answer));
   co_return co_await connection_.send_json(
-      http::status::ok,
-      builder_.response(text, request_.sampling.logprobs, logprobs, last.finish_reason, usage));
+      http::status::ok, builder_.response(answers, request_.sampling.logprobs, usage));
 }
 
 asio::awaitable<bool> GenerationSession::answer_stream() {
@@ -171,36 +225,56 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
   const bool want_logprobs = request_.sampling.logprobs;
   std::string pending;
   if (request_.endpoint == Endpoint::kChatCompletions) {
-    pending = ResponseBuilder::sse_event(builder_.role_chunk());
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      pending += ResponseBuilder::sse_event(builder_.role_chunk(static_cast<int>(i)));
+    }
   }
   Clock::time_point last_write = Clock::now();
   for (;;) {
-    while (!finished_) {
-      std::optional<EngineOutput> output = stream_->try_pop();
-      if (!output) break;
-      observe(*output);
-      if (!output->text.empty() || (want_logprobs && !output->logprobs.empty())) {
-        pending += ResponseBuilder::sse_event(
-            builder_.text_chunk(output->text, want_logprobs, output->logprobs));
-      }
-      if (!output->finished) continue;
-      finished_ = true;
-      finish_metrics(*output);
-      if (output->status.ok()) {
-        pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason));
-        if (request_.include_usage) {
-          const Usage usage{output->prompt_tokens, output->completion_tokens,
-                            output->cached_prompt_tokens,
-                            truncation_.dropped_tokens + output->dropped_tokens,
-                            truncation_.dropped_messages};
-          pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
+    Status failure;
+    for (size_t i = 0; i < choices_.size() && !finished_; ++i) {
+      Choice& choice = choices_[i];
+      const int index = static_cast<int>(i);
+      while (choice.stream && !choice.finished) {
+        std::optional<EngineOutput> output = choice.stream->try_pop();
+        if (!output) break;
+        observe(choice, *output);
+        if (!output->text.empty() || (want_logprobs && !output->logprobs.empty())) {
+          pending += ResponseBuilder::sse_event(
+              builder_.text_chunk(output->text, want_logprobs, output->logprobs, index));
         }
-        pending += "data: [DONE]\n\n";
-      } else {
-        // The 200 is gone already: the error goes in the stream, and no [DONE] follows, so
-        // that clients do not take a failed answer for a complete one.
-        pending += ResponseBuilder::sse_event(ApiError::from_status(output->status).to_json());
+        if (!output->finished) continue;
+        choice.finished = true;
+        choice.status = output->status;
+        choice.answer.finish_reason = output->finish_reason;
+        if (output->status.ok()) {
+          pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason, index));
+        } else {
+          failure = output->status;
+        }
       }
+      if (!failure.ok()) break;
+    }
+    if (failure.ok() && !finished_ && (choices_[0].got_token || choices_[0].finished)) {
+      failure = submit_remaining_choices();
+    }
+    if (!failure.ok()) {
+      // The 200 is gone already: the error goes in the stream, and no [DONE] follows, so that
+      // clients do not take a failed answer for a complete one.
+      cancel_request();
+      pending += ResponseBuilder::sse_event(ApiError::from_status(failure).to_json());
+    } else if (!finished_ && all_finished()) {
+      finished_ = true;
+      const EngineOutput counts = total_counts();
+      finish_metrics(counts, choices_[0].answer.finish_reason);
+      if (request_.include_usage) {
+        const Usage usage{counts.prompt_tokens, counts.completion_tokens,
+                          counts.cached_prompt_tokens,
+                          truncation_.dropped_tokens + counts.dropped_tokens,
+                          truncation_.dropped_messages};
+        pending += ResponseBuilder::sse_event(builder_.usage_chunk(usage));
+      }
+      pending += "data: [DONE]\n\n";
     }
     if (!pending.empty()) {
       if (!co_await write_chunk(std::move(pending))) {
@@ -285,9 +359,10 @@ asio::awaitable<void> GenerationSession::stop_watching() {
   while (watching_) co_await wait(Clock::now() + std::chrono::seconds(1));
 }
 
-void GenerationSession::settle(const EngineOutput* final_output, const char* status) {
+void GenerationSession::settle(const EngineOutput* final_output, const char* status,
+                               FinishReason finish_reason) {
   if (!admission_ || admission_->finished()) return;
-  const EngineOutput& counts = final_output != nullptr ? *final_output : last_counts_;
+  const EngineOutput counts = final_output != nullptr ? *final_output : total_counts();
   gateway::UsageRecord record;
   record.request_id = connection_.unique_request_id();
   record.model = request_.model;
@@ -300,19 +375,19 @@ void GenerationSession::settle(const EngineOutput* final_output, const char* sta
   }
   record.duration_seconds = std::chrono::duration<double>(Clock::now() - submit_time_).count();
   record.status = status;
-  if (final_output != nullptr)
-    record.finish_reason = finish_reason_name(final_output->finish_reason);
+  if (final_output != nullptr) record.finish_reason = finish_reason_name(finish_reason);
   // Written before the answer's last bytes go out: a request the client saw finish is in the
   // ledger even if the process dies right after.
   Status written = admission_->finish(std::move(record));
   if (!written.ok()) spdlog::error("usage ledger: {}", written.message());
 }
 
-void GenerationSession::observe(const EngineOutput& output) {
-  last_counts_.prompt_tokens = output.prompt_tokens;
-  last_counts_.cached_prompt_tokens = output.cached_prompt_tokens;
-  last_counts_.completion_tokens = output.completion_tokens;
-  last_counts_.queue_seconds = output.queue_seconds;
+void GenerationSession::observe(Choice& choice, const EngineOutput& output) {
+  choice.counts.prompt_tokens = output.prompt_tokens;
+  choice.counts.cached_prompt_tokens = output.cached_prompt_tokens;
+  choice.counts.completion_tokens = output.completion_tokens;
+  choice.counts.queue_seconds = output.queue_seconds;
+  choice.counts.dropped_tokens = output.dropped_tokens;
   if (output.tokens.empty()) return;
   const Clock::time_point now = Clock::now();
   if (!got_first_token_) {
@@ -320,40 +395,46 @@ void GenerationSession::observe(const EngineOutput& output) {
     first_token_time_ = now;
     context_.metrics().observe_time_to_first_token(
         std::chrono::duration<double>(now - submit_time_).count());
-    if (output.tokens.size() > 1) {
-      for (size_t i = 1; i < output.tokens.size(); ++i) {
-        context_.metrics().observe_inter_token_latency(0.0);
-      }
+  }
+  if (!choice.got_token) {
+    choice.got_token = true;
+    for (size_t i = 1; i < output.tokens.size(); ++i) {
+      context_.metrics().observe_inter_token_latency(0.0);
     }
   } else {
     // Tokens that arrive together (speculative decoding, a slow reader) share the gap.
-    const double gap = std::chrono::duration<double>(now - last_token_time_).count() /
+    const double gap = std::chrono::duration<double>(now - choice.last_token_time).count() /
                        static_cast<double>(output.tokens.size());
     for (size_t i = 0; i < output.tokens.size(); ++i) {
       context_.metrics().observe_inter_token_latency(gap);
     }
   }
-  last_token_time_ = now;
+  choice.last_token_time = now;
 }
 
-void GenerationSession::finish_metrics(const EngineOutput& output) {
-  const RequestEnd end = end_of(output);
-  settle(&output, end == RequestEnd::kAbort   ? "cancelled"
-                  : end == RequestEnd::kError ? "error"
-                                              : "ok");
+void GenerationSession::finish_metrics(const EngineOutput& counts, FinishReason finish_reason) {
+  settle(&counts, "ok", finish_reason);
   context_.metrics().observe_e2e_latency(
       std::chrono::duration<double>(Clock::now() - submit_time_).count());
-  context_.metrics().count_request_end(end_of(output));
+  context_.metrics().count_request_end(finish_reason == FinishReason::kLength ? RequestEnd::kLength
+                                                                            : RequestEnd::kStop);
 }
 
 void GenerationSession::cancel_request() {
-  if (finished_ || !stream_) return;
+  if (finished_) return;
   finished_ = true;
-  model_->engine->cancel(stream_->id());
-  settle(nullptr, "cancelled");
+  Status failure;
+  for (Choice& choice : choices_) {
+    if (!choice.finished && choice.stream) model_->engine->cancel(choice.stream->id());
+    if (failure.ok() && !choice.status.ok() && choice.status.code() != StatusCode::kCancelled) {
+      failure = choice.status;
+    }
+  }
+  const RequestEnd end = failure.ok() ? RequestEnd::kAbort : RequestEnd::kError;
+  settle(nullptr, end == RequestEnd::kAbort ? "cancelled" : "error");
   context_.metrics().observe_e2e_latency(
       std::chrono::duration<double>(Clock::now() - submit_time_).count());
-  context_.metrics().count_request_end(RequestEnd::kAbort);
+  context_.metrics().count_request_end(end);
 }
 
 }  // namespace tachyon::server

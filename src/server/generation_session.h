@@ -1,6 +1,11 @@
 // GenerationSession: one chat / text completion on one connection, from Engine::submit to the
 // last byte of the answer, either as one JSON response or as a Server-Sent Events stream.
 //
+// With n > 1 each choice is an engine request of its own. The first goes in alone; the others
+// follow once it has its first token, so that the prompt is computed once and the rest find it
+// in the prefix cache. Seeded requests give choice i the seed + i (reproducible). The answer
+// fails as a whole when any choice does.
+//
 // Waiting costs no thread: the engine's notify callback posts to the connection's strand and
 // cancels the timer the coroutine sleeps on (the timer's expiry is the next SSE ping). While it
 // waits, a read stays pending on the socket so that a client that hangs up cancels its request
@@ -36,12 +41,33 @@ class GenerationSession {
   GenerationSession(const GenerationSession&) = delete;
   GenerationSession& operator=(const GenerationSession&) = delete;
 
-  // Submits and answers; returns whether the connection may serve another request.
-  asio::awaitable<bool> run(EngineRequest engine_request);
+  // Submits and answers; returns whether the connection may serve another request. `grammar`:
+  // response_format's compiled grammar, when the request has one (each choice gets its own
+  // constraint; engine_request carries the first's).
+  asio::awaitable<bool> run(EngineRequest engine_request,
+                            std::shared_ptr<const CompiledConstraint> grammar = nullptr);
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Waker;
+  // One choice's engine request and what it produced so far.
+  struct Choice {
+    std::shared_ptr<RequestStream> stream;
+    bool finished = false;
+    ResponseBuilder::Choice answer;  // text and logprobs so far (whole answers only)
+    EngineOutput counts;             // the latest event's token counts
+    Status status;                   // of the finishing event
+    Clock::time_point last_token_time;
+    bool got_token = false;
+  };
+
+  // Submits choice `index` (a copy of the first's request, its own seed and constraint).
+  Status submit_choice(int index);
+  // Once the first choice has a token (or finished), the rest go in.
+  Status submit_remaining_choices();
+  // Counts over every choice: the prompt once, completion tokens summed.
+  EngineOutput total_counts() const;
+  bool all_finished() const;
 
   asio::awaitable<bool> answer_whole();
   asio::awaitable<bool> answer_stream();
@@ -50,11 +76,14 @@ class GenerationSession {
   void start_watching();
   asio::awaitable<void> stop_watching();
   // Engine outputs → latency metrics.
-  void observe(const EngineOutput& output);
-  void finish_metrics(const EngineOutput& output);
+  void observe(Choice& choice, const EngineOutput& output);
+  // Metrics and the usage ledger once every choice finished well (`finish_reason`: the first
+  // choice's, for the ledger).
+  void finish_metrics(const EngineOutput& counts, FinishReason finish_reason);
   // Settles the API key's admission (limits, quotas, usage ledger) once: with the finishing
   // event, or with the counts seen so far when the request failed early or was cancelled.
-  void settle(const EngineOutput* final_output, const char* status);
+  void settle(const EngineOutput* final_output, const char* status,
+              FinishReason finish_reason = FinishReason::kNone);
   void cancel_request();
   asio::awaitable<bool> write_chunk(std::string data);
   asio::awaitable<bool> end_stream();
@@ -67,18 +96,19 @@ class GenerationSession {
   PromptTruncation truncation_;  // what context_overflow "truncate" cut from the prompt
   std::shared_ptr<Waker> waker_;
   asio::steady_timer timer_;
-  std::shared_ptr<RequestStream> stream_;
+  EngineRequest base_request_;  // the first choice's, kept for the others
+  std::shared_ptr<const CompiledConstraint> grammar_;
+  std::vector<Choice> choices_;   // [n]; a choice without a stream is not submitted yet
 
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // expires with the session
   bool watching_ = false;                                       // a read is pending on the socket
   bool stop_watching_ = false;                                  // do not start another one
   bool client_gone_ = false;                                    // the read saw EOF or an error
-  bool finished_ = false;  // the finishing event arrived (or we gave up)
+  bool finished_ = false;  // every choice's finishing event arrived (or we gave up)
   Clock::time_point submit_time_;
   Clock::time_point last_token_time_;
   Clock::time_point first_token_time_;
   std::optional<gateway::Admission> admission_;  // when the server checks API keys
-  EngineOutput last_counts_;                     // token counts of the latest event
   bool got_first_token_ = false;
 };
 

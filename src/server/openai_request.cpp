@@ -315,10 +315,6 @@ std::optional<ApiError> parse_priority(FieldReader& fields, Priority& out) {
 
 // Fields that would change the answer's meaning if silently ignored.
 std::optional<ApiError> refuse_unsupported(FieldReader& fields, Endpoint endpoint) {
-  if (std::optional<int64_t> n = fields.integer("n", 1, 128); n && *n != 1) {
-    return ApiError::invalid_request("'n' must be 1: this server returns one choice per request",
-                                     "n", "unsupported_value");
-  }
   if (endpoint == Endpoint::kCompletions) {
     if (std::optional<int64_t> best_of = fields.integer("best_of", 1, 128);
         best_of && *best_of != 1) {
@@ -525,6 +521,10 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
   if (auto error = refuse_unsupported(fields, endpoint)) return error;
   if (auto error = parse_sampling(fields, endpoint, out.sampling)) return error;
   if (auto error = parse_response_format(fields, out.constraint)) return error;
+  if (std::optional<int64_t> n = fields.integer("n", 1, OpenAiRequest::kMaxChoices)) {
+    out.n = static_cast<int>(*n);
+  }
+  if (fields.error) return fields.error;
   if (auto x = fields.boolean("stream")) out.stream = *x;
   if (const json::value* options = fields.find("stream_options")) {
     if (!options->is_object()) return ApiError::wrong_type("stream_options", "an object", *options);

@@ -52,6 +52,9 @@ struct OpenAiRequest {
   std::optional<ContextOverflow> context_overflow;
   // response_format other than "text": what the output must match.
   std::optional<ConstraintSpec> constraint;
+  // Choices to generate (n): independent samples of the same prompt, computed once.
+  int n = 1;
+  static constexpr int kMaxChoices = 128;  // as OpenAI
 };
 
 // Parses the body as JSON: 400 with a position on malformed JSON, 400 when it is not an object.

@@ -133,7 +133,8 @@ json::object ResponseBuilder::chat_token_json(const TokenLogprob& entry) const {
   };
 }
 
-json::value ResponseBuilder::logprobs_json(const std::vector<SampleLogprobs>& logprobs) {
+json::value ResponseBuilder::logprobs_json(const std::vector<SampleLogprobs>& logprobs,
+                                           int index) {
   if (endpoint_ == Endpoint::kChatCompletions) {
     json::array content;
     for (const SampleLogprobs& sample : logprobs) {
@@ -160,8 +161,10 @@ json::value ResponseBuilder::logprobs_json(const std::vector<SampleLogprobs>& lo
           finite_logprob(alternative.logprob);
     }
     top_logprobs.push_back(std::move(top));
-    text_offset.push_back(text_offset_);
-    text_offset_ += count_characters(text);
+    if (text_offsets_.size() <= static_cast<size_t>(index)) text_offsets_.resize(index + 1, 0);
+    int64_t& offset = text_offsets_[static_cast<size_t>(index)];
+    text_offset.push_back(offset);
+    offset += count_characters(text);
   }
   return json::object{{"tokens", std::move(tokens)},
                       {"token_logprobs", std::move(token_logprobs)},
@@ -172,18 +175,30 @@ json::value ResponseBuilder::logprobs_json(const std::vector<SampleLogprobs>& lo
 json::object ResponseBuilder::response(const std::string& text, bool want_logprobs,
                                        const std::vector<SampleLogprobs>& logprobs,
                                        FinishReason finish_reason, const Usage& usage) {
+  return response(std::vector<Choice>{Choice{text, logprobs, finish_reason}}, want_logprobs,
+                  usage);
+}
+
+json::object ResponseBuilder::response(const std::vector<Choice>& choices, bool want_logprobs,
+                                       const Usage& usage) {
   const bool chat = endpoint_ == Endpoint::kChatCompletions;
-  json::object choice;
-  choice["index"] = 0;
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-  } else {
-    choice["text"] = text;
+  json::array out_choices;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& from = choices[i];
+    json::object choice;
+    choice["index"] = i;
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", from.text}, {"refusal", nullptr}};
+    } else {
+      choice["text"] = from.text;
+    }
+    choice["logprobs"] = want_logprobs ? logprobs_json(from.logprobs, static_cast<int>(i))
+                                       : json::value(nullptr);
+    choice["finish_reason"] = finish_reason_json(from.finish_reason);
+    out_choices.push_back(std::move(choice));
   }
-  choice["logprobs"] = want_logprobs ? logprobs_json(logprobs) : json::value(nullptr);
-  choice["finish_reason"] = finish_reason_json(finish_reason);
   json::object out = header(chat ? "chat.completion" : "text_completion");
-  out["choices"] = json::array{std::move(choice)};
+  out["choices"] = std::move(out_choices);
   out["usage"] = usage.to_json();
   return out;
 }
@@ -196,37 +211,38 @@ json::object ResponseBuilder::chunk_with_choice(json::object choice) const {
   return out;
 }
 
-json::object ResponseBuilder::role_chunk() const {
-  return chunk_with_choice({{"index", 0},
+json::object ResponseBuilder::role_chunk(int index) const {
+  return chunk_with_choice({{"index", index},
                             {"delta", {{"role", "assistant"}, {"content", ""}}},
                             {"logprobs", nullptr},
                             {"finish_reason", nullptr}});
 }
 
 json::object ResponseBuilder::text_chunk(const std::string& text, bool want_logprobs,
-                                         const std::vector<SampleLogprobs>& logprobs) {
-  json::value logprobs_value = want_logprobs ? logprobs_json(logprobs) : json::value(nullptr);
+                                         const std::vector<SampleLogprobs>& logprobs, int index) {
+  json::value logprobs_value =
+      want_logprobs ? logprobs_json(logprobs, index) : json::value(nullptr);
   if (endpoint_ == Endpoint::kChatCompletions) {
-    return chunk_with_choice({{"index", 0},
+    return chunk_with_choice({{"index", index},
                               {"delta", {{"content", text}}},
                               {"logprobs", std::move(logprobs_value)},
                               {"finish_reason", nullptr}});
   }
   return chunk_with_choice({{"text", text},
-                            {"index", 0},
+                            {"index", index},
                             {"logprobs", std::move(logprobs_value)},
                             {"finish_reason", nullptr}});
 }
 
-json::object ResponseBuilder::finish_chunk(FinishReason finish_reason) const {
+json::object ResponseBuilder::finish_chunk(FinishReason finish_reason, int index) const {
   if (endpoint_ == Endpoint::kChatCompletions) {
-    return chunk_with_choice({{"index", 0},
+    return chunk_with_choice({{"index", index},
                               {"delta", json::object()},
                               {"logprobs", nullptr},
                               {"finish_reason", finish_reason_json(finish_reason)}});
   }
   return chunk_with_choice({{"text", ""},
-                            {"index", 0},
+                            {"index", index},
                             {"logprobs", nullptr},
                             {"finish_reason", finish_reason_json(finish_reason)}});
 }

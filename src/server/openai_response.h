@@ -39,17 +39,27 @@ class ResponseBuilder {
   const std::string& id() const { return id_; }
   int64_t created() const { return created_; }
 
+  // One choice of a whole answer.
+  struct Choice {
+    std::string text;
+    std::vector<SampleLogprobs> logprobs;  // one entry per token, used when want_logprobs
+    FinishReason finish_reason = FinishReason::kNone;
+  };
+
   // The whole answer. `logprobs` is used when `want_logprobs` (one entry per token).
   boost::json::object response(const std::string& text, bool want_logprobs,
                                const std::vector<SampleLogprobs>& logprobs,
                                FinishReason finish_reason, const Usage& usage);
+  // With several choices (n > 1), `index` 0, 1, ... in order.
+  boost::json::object response(const std::vector<Choice>& choices, bool want_logprobs,
+                               const Usage& usage);
 
-  // Stream chunks, in order: role_chunk (chat only), text_chunk…, finish_chunk, usage_chunk
-  // (only when include_usage).
-  boost::json::object role_chunk() const;
+  // Stream chunks, in order per choice: role_chunk (chat only), text_chunk…, finish_chunk; then
+  // one usage_chunk (only when include_usage). `index`: the choice (n > 1).
+  boost::json::object role_chunk(int index = 0) const;
   boost::json::object text_chunk(const std::string& text, bool want_logprobs,
-                                 const std::vector<SampleLogprobs>& logprobs);
-  boost::json::object finish_chunk(FinishReason finish_reason) const;
+                                 const std::vector<SampleLogprobs>& logprobs, int index = 0);
+  boost::json::object finish_chunk(FinishReason finish_reason, int index = 0) const;
   boost::json::object usage_chunk(const Usage& usage) const;
 
   // "data: <json>\n\n"
@@ -58,7 +68,7 @@ class ResponseBuilder {
  private:
   boost::json::object header(const char* object) const;
   boost::json::object chunk_with_choice(boost::json::object choice) const;
-  boost::json::value logprobs_json(const std::vector<SampleLogprobs>& logprobs);
+  boost::json::value logprobs_json(const std::vector<SampleLogprobs>& logprobs, int index);
   boost::json::object chat_token_json(const TokenLogprob& entry) const;
 
   Endpoint endpoint_;
@@ -67,7 +77,8 @@ class ResponseBuilder {
   bool include_usage_;
   std::string id_;
   int64_t created_;
-  int64_t text_offset_ = 0;  // completions logprobs: characters before the next token
+  // Completions logprobs: per choice, the characters before its next token.
+  std::vector<int64_t> text_offsets_;
 };
 
 // `count` random lowercase hex digits (ids, request ids).

@@ -224,12 +224,14 @@ TEST(OpenAiRequestTest, CompletionLogprobsAreAnInteger) {
   expect_param(completion_error(R"("prompt":"x","logprobs":true)"), "logprobs");
 }
 
-TEST(OpenAiRequestTest, UnsupportedChoicesAreRefused) {
-  EXPECT_FALSE(parse_chat_ok(R"("n":1)").stream);
-  const ApiError n = chat_error(R"("n":2)");
-  expect_param(n, "n");
-  EXPECT_EQ(n.code.value_or(""), "unsupported_value");
+TEST(OpenAiRequestTest, ChoicesAndUnsupportedFields) {
+  EXPECT_EQ(parse_chat_ok(R"("n":1)").n, 1);
+  EXPECT_EQ(parse_chat_ok("").n, 1);
+  EXPECT_EQ(parse_chat_ok(R"("n":3)").n, 3);
+  EXPECT_EQ(parse_chat_ok(R"("n":128)").n, 128);
   expect_param(chat_error(R"("n":0)"), "n");
+  expect_param(chat_error(R"("n":129)"), "n");
+  expect_param(chat_error(R"("n":"2")"), "n");
   expect_param(chat_error(R"("response_format":{"type":"xml"})"), "response_format");
   expect_param(completion_error(R"("prompt":"x","echo":true)"), "echo");
   expect_param(completion_error(R"("prompt":"x","best_of":3)"), "best_of");
