@@ -76,6 +76,10 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   served->engine = loaded.engine.get();
   served->tokenizer = loaded.session.tokenizer.get();
   served->chat_template = loaded.chat_template ? &*loaded.chat_template : nullptr;
+  if (Result<std::string> source = loaded.session.files.chat_template_source(); source.ok()) {
+    served->tool_format = detect_tool_call_format(*source);
+  }
+  spdlog::info("tool calls: {} format", tool_call_format_name(served->tool_format));
   const Vocabulary& vocabulary = loaded.session.tokenizer->vocabulary();
   if (vocabulary.bos_id) served->bos_token = vocabulary.tokens[*vocabulary.bos_id];
   if (vocabulary.eos_id) served->eos_token = vocabulary.tokens[*vocabulary.eos_id];

@@ -21,6 +21,7 @@ const char* constraint_kind_name(ConstraintSpec::Kind kind) {
     case ConstraintSpec::Kind::kJsonSchema: return "json_schema";
     case ConstraintSpec::Kind::kRegex: return "regex";
     case ConstraintSpec::Kind::kGrammar: return "grammar";
+    case ConstraintSpec::Kind::kStructuralTag: return "tool-call grammar";
   }
   return "unknown";
 }
@@ -77,6 +78,8 @@ struct ConstraintCompiler::Impl {
           return wrap(compiler.CompileRegex(spec.source));
         case ConstraintSpec::Kind::kGrammar:
           return wrap(compiler.CompileGrammar(spec.source, "root"));
+        case ConstraintSpec::Kind::kStructuralTag:
+          return wrap(compiler.CompileStructuralTag(spec.source));
       }
     } catch (const std::exception& e) {
       return invalid_argument(

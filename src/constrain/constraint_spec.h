@@ -12,6 +12,8 @@ struct ConstraintSpec {
     kJsonSchema,  // `source` is a JSON Schema (checked by check_json_schema first)
     kRegex,       // `source` is a regular expression the whole output must match
     kGrammar,     // `source` is an EBNF grammar (XGrammar's GBNF dialect), rule `root` first
+    kStructuralTag,  // `source` is an XGrammar structural tag (JSON): free text with
+                     // constrained regions, e.g. tool calls
   };
   Kind kind = Kind::kJsonObject;
   std::string source;

@@ -12,6 +12,7 @@
 #include "runtime/engine.h"
 #include "server/engine_request_builder.h"
 #include "server/generation_session.h"
+#include "server/tool_calling.h"
 #include "server/openai_response.h"
 #include "tokenizer/streaming_detokenizer.h"
 
@@ -309,8 +310,20 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   PromptTruncation truncation;
   if (!error) error = build_engine_request(parsed, *model, engine_request, &truncation);
   std::shared_ptr<const CompiledConstraint> grammar;
-  if (!error && parsed.constraint) {
-    error = co_await compile_constraint(*model, *parsed.constraint, grammar);
+  std::optional<ConstraintSpec> constraint = parsed.constraint;
+  const char* constraint_param = "response_format";
+  if (!error && parsed.tools) {
+    Result<std::optional<ConstraintSpec>> tool_grammar =
+        tool_call_constraint(model->tool_format, *parsed.tools);
+    if (!tool_grammar.ok()) {
+      error = ApiError::from_status(tool_grammar.status(), "tool_choice");
+    } else {
+      constraint = std::move(*tool_grammar);
+      constraint_param = "tools";
+    }
+  }
+  if (!error && constraint) {
+    error = co_await compile_constraint(*model, *constraint, constraint_param, grammar);
     if (!error) engine_request.constraint = model->constraints->start(grammar);
   }
   std::optional<gateway::Admission> admission;
@@ -322,14 +335,14 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
 }
 
 asio::awaitable<std::optional<ApiError>> ApiRouter::compile_constraint(
-    const ServedModel& model, const ConstraintSpec& spec,
+    const ServedModel& model, const ConstraintSpec& spec, const std::string& param,
     std::shared_ptr<const CompiledConstraint>& out) {
   if (model.constraints == nullptr) {
-    co_return ApiError::invalid_request("this model cannot constrain its output",
-                                        "response_format", "unsupported_value");
+    co_return ApiError::invalid_request("this model cannot constrain its output", param,
+                                        "unsupported_value");
   }
   Result<ConstraintCompiler::Compilation> compilation = model.constraints->begin(spec);
-  if (!compilation.ok()) co_return ApiError::from_status(compilation.status(), "response_format");
+  if (!compilation.ok()) co_return ApiError::from_status(compilation.status(), param);
   const auto deadline = std::chrono::steady_clock::now() + model.grammar_compile_limit;
   // Most compilations take a few milliseconds: short pauses first, then up to 5 ms.
   std::chrono::microseconds pause(100);
@@ -339,10 +352,10 @@ asio::awaitable<std::optional<ApiError>> ApiRouter::compile_constraint(
     if (now >= deadline) {
       compilation->abandon();
       co_return ApiError::invalid_request(
-          fmt::format("response_format: the {} took longer than {} ms to compile (the server's "
+          fmt::format("{}: the {} took longer than {} ms to compile (the server's "
                       "--grammar-compile-timeout); simplify it",
-                      constraint_kind_name(spec.kind), model.grammar_compile_limit.count()),
-          "response_format", "grammar_compile_timeout");
+                      param, constraint_kind_name(spec.kind), model.grammar_compile_limit.count()),
+          param, "grammar_compile_timeout");
     }
     timer.expires_after(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -351,8 +364,7 @@ asio::awaitable<std::optional<ApiError>> ApiRouter::compile_constraint(
   Result<std::shared_ptr<const CompiledConstraint>> grammar = compilation->result();
   if (!grammar.ok()) {
     co_return ApiError::from_status(
-        Status(grammar.status().code(), "response_format: " + grammar.status().message()),
-        "response_format");
+        Status(grammar.status().code(), param + ": " + grammar.status().message()), param);
   }
   out = *grammar;
   co_return std::nullopt;

@@ -64,7 +64,7 @@ class ApiRouter {
   // on its own thread; this polls it); a 400 naming response_format when it is malformed,
   // unsupported or over the time limit.
   asio::awaitable<std::optional<ApiError>> compile_constraint(
-      const ServedModel& model, const ConstraintSpec& spec,
+      const ServedModel& model, const ConstraintSpec& spec, const std::string& param,
       std::shared_ptr<const CompiledConstraint>& out);
 
   ServerContext& context_;

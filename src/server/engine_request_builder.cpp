@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "chat/conversation_fit.h"
+#include "server/tool_calling.h"
 
 namespace tachyon::server {
 namespace {
@@ -12,9 +13,10 @@ namespace {
 constexpr int32_t kDefaultCompletionMaxTokens = 16;
 
 Result<std::vector<TokenId>> render_chat(const boost::json::array& messages,
-                                         const ServedModel& model) {
+                                         const ServedModel& model, const ToolRequest* tools) {
   ChatTemplateInputs inputs;
   inputs.messages = messages;
+  prepare_tool_conversation(model.tool_format, tools, inputs.messages, inputs.tools);
   inputs.add_generation_prompt = true;
   inputs.bos_token = model.bos_token;
   inputs.eos_token = model.eos_token;
@@ -40,14 +42,14 @@ std::optional<ApiError> tokenize_chat(const OpenAiRequest& request, const Served
         "messages", "unsupported_value");
   }
   if (!max_prompt) {
-    Result<std::vector<TokenId>> tokens = render_chat(request.messages, model);
+    Result<std::vector<TokenId>> tokens = render_chat(request.messages, model, request.tools ? &*request.tools : nullptr);
     if (!tokens.ok()) return template_error(tokens.status());
     out = std::move(*tokens);
     return std::nullopt;
   }
   Status render_error;  // the template's own failure, told apart from "too long"
   auto render_tokens = [&](const boost::json::array& messages) -> Result<std::vector<int32_t>> {
-    Result<std::vector<TokenId>> tokens = render_chat(messages, model);
+    Result<std::vector<TokenId>> tokens = render_chat(messages, model, request.tools ? &*request.tools : nullptr);
     if (!tokens.ok()) render_error = tokens.status();
     return tokens;
   };
@@ -170,7 +172,9 @@ std::optional<ApiError> build_engine_request(const OpenAiRequest& request, const
   out.priority = request.priority;
   out.cache_salt = request.cache_salt;
   out.speculate = request.speculative;
-  out.skip_special_tokens = true;
+  // The tool-call parser needs the markers that are special tokens; end-of-generation tokens
+  // never reach the text either way.
+  out.skip_special_tokens = !(request.tools && tool_markers_are_special(model.tool_format));
   return std::nullopt;
 }
 

@@ -134,6 +134,11 @@ asio::awaitable<bool> GenerationSession::run(EngineRequest engine_request,
   base_request_ = std::move(engine_request);
   grammar_ = std::move(grammar);
   choices_.resize(static_cast<size_t>(std::max(1, request_.n)));
+  if (request_.tools) {
+    for (Choice& choice : choices_) {
+      choice.tool_parser = std::make_unique<ToolCallParser>(model_->tool_format);
+    }
+  }
   if (Status submitted = submit_choice(0); !submitted.ok()) {
     settle(nullptr, "error");
     const bool chat = request_.endpoint == Endpoint::kChatCompletions;
@@ -155,7 +160,7 @@ asio::awaitable<bool> GenerationSession::answer_whole() {
         std::optional<EngineOutput> output = choice.stream->try_pop();
         if (!output) break;
         observe(choice, *output);
-        choice.answer.text += output->text;
+        take_text(choice, 0, output->text, output->finished, nullptr, nullptr);
         for (SampleLogprobs& sample : output->logprobs) {
           choice.answer.logprobs.push_back(std::move(sample));
         }
@@ -239,16 +244,15 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
         std::optional<EngineOutput> output = choice.stream->try_pop();
         if (!output) break;
         observe(choice, *output);
-        if (!output->text.empty() || (want_logprobs && !output->logprobs.empty())) {
-          pending += ResponseBuilder::sse_event(
-              builder_.text_chunk(output->text, want_logprobs, output->logprobs, index));
-        }
+        const bool called = take_text(choice, index, output->text, output->finished, &pending,
+                                      want_logprobs ? &output->logprobs : nullptr);
         if (!output->finished) continue;
         choice.finished = true;
         choice.status = output->status;
         choice.answer.finish_reason = output->finish_reason;
         if (output->status.ok()) {
-          pending += ResponseBuilder::sse_event(builder_.finish_chunk(output->finish_reason, index));
+          pending += ResponseBuilder::sse_event(
+              builder_.finish_chunk(output->finish_reason, index, called));
         } else {
           failure = output->status;
         }
@@ -300,6 +304,70 @@ asio::awaitable<bool> GenerationSession::answer_stream() {
     }
     co_await wait(next_ping);
   }
+}
+
+bool GenerationSession::take_text(Choice& choice, int index, const std::string& text, bool final,
+                                  std::string* sse,
+                                  const std::vector<SampleLogprobs>* logprobs) {
+  const bool with_logprobs = logprobs != nullptr && !logprobs->empty();
+  if (!choice.tool_parser) {
+    if (sse == nullptr) {
+      choice.answer.text += text;
+    } else if (!text.empty() || with_logprobs) {
+      *sse += ResponseBuilder::sse_event(builder_.text_chunk(
+          text, logprobs != nullptr, logprobs ? *logprobs : std::vector<SampleLogprobs>(), index));
+    }
+    return false;
+  }
+  std::vector<ToolCallEvent> events;
+  choice.tool_parser->push(text, events);
+  if (final) choice.tool_parser->finish(events);
+  bool logprobs_sent = !with_logprobs;
+  for (ToolCallEvent& event : events) {
+    switch (event.kind) {
+      case ToolCallEvent::Kind::kText:
+        if (sse == nullptr) {
+          choice.answer.text += event.text;
+        } else {
+          *sse += ResponseBuilder::sse_event(builder_.text_chunk(
+              event.text, logprobs != nullptr,
+              logprobs_sent ? std::vector<SampleLogprobs>() : *logprobs, index));
+          logprobs_sent = true;
+        }
+        break;
+      case ToolCallEvent::Kind::kCallStart: {
+        std::string id = event.id.empty() ? "call_" + random_hex(24) : event.id;
+        choice.call_ids.push_back(id);
+        if (sse == nullptr) {
+          choice.answer.tool_calls.push_back(boost::json::object{
+              {"id", id},
+              {"type", "function"},
+              {"function", boost::json::object{{"name", event.name}, {"arguments", ""}}}});
+        } else {
+          *sse += ResponseBuilder::sse_event(
+              builder_.tool_call_chunk(index, event.index, &id, &event.name, ""));
+        }
+        break;
+      }
+      case ToolCallEvent::Kind::kArguments:
+        if (sse == nullptr) {
+          if (!choice.answer.tool_calls.empty()) {
+            boost::json::object& function =
+                choice.answer.tool_calls.back().as_object()["function"].as_object();
+            std::string arguments(function["arguments"].as_string());
+            function["arguments"] = arguments + event.text;
+          }
+        } else {
+          *sse += ResponseBuilder::sse_event(
+              builder_.tool_call_chunk(index, event.index, nullptr, nullptr, event.text));
+        }
+        break;
+    }
+  }
+  if (sse != nullptr && !logprobs_sent) {
+    *sse += ResponseBuilder::sse_event(builder_.text_chunk("", true, *logprobs, index));
+  }
+  return choice.tool_parser->num_calls() > 0 || !choice.call_ids.empty();
 }
 
 asio::awaitable<bool> GenerationSession::write_chunk(std::string data) {

@@ -28,6 +28,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
+#include "tool_calls/tool_call_parser.h"
 
 namespace tachyon::server {
 
@@ -59,7 +60,16 @@ class GenerationSession {
     Status status;                   // of the finishing event
     Clock::time_point last_token_time;
     bool got_token = false;
+    // When the request offers tools: the answer's text split into text and calls.
+    std::unique_ptr<ToolCallParser> tool_parser;
+    std::vector<std::string> call_ids;
   };
+
+  // Output text of `choice` → text and tool calls: into choice.answer (whole answers), or as
+  // SSE chunks appended to `sse` (streams). `final`: the choice's last text (flushes the
+  // parser). Returns whether the choice called tools so far.
+  bool take_text(Choice& choice, int index, const std::string& text, bool final,
+                 std::string* sse, const std::vector<SampleLogprobs>* logprobs);
 
   // Submits choice `index` (a copy of the first's request, its own seed and constraint).
   Status submit_choice(int index);

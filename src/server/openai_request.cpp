@@ -1,6 +1,11 @@
 #include "server/openai_request.h"
 
+#include <regex>
+#include <set>
+
 #include <fmt/format.h>
+
+#include "constrain/json_schema_check.h"
 
 #include <charconv>
 #include <cmath>
@@ -327,35 +332,134 @@ std::optional<ApiError> refuse_unsupported(FieldReader& fields, Endpoint endpoin
       return ApiError::invalid_request("'suffix' is not supported", "suffix", "unsupported_value");
     }
   }
-  // Tool calling is not built yet: a request that needs it gets a 400 rather than plain text a
-  // client cannot tell from an answer. Tools the client forbids (tool_choice "none") are fine.
-  const json::value* tool_choice = fields.find("tool_choice");
-  const bool tools_forbidden =
-      tool_choice != nullptr && tool_choice->is_string() && tool_choice->get_string() == "none";
-  for (const char* key : {"tools", "functions"}) {
-    const json::value* tools = fields.find(key);
-    const bool empty = tools == nullptr || tools->is_null() ||
-                       (tools->is_array() && tools->get_array().empty());
-    if (!empty && !tools_forbidden) {
+  // The legacy function-calling fields: refused rather than ignored.
+  for (const char* key : {"functions", "function_call"}) {
+    if (fields.find(key) != nullptr) {
       return ApiError::invalid_request(
-          fmt::format("'{}' is not supported yet: this server does not produce tool calls (send "
-                      "tool_choice \"none\" to answer in text)",
+          fmt::format("'{}' is the deprecated function-calling API; send 'tools' and "
+                      "'tool_choice' instead",
                       key),
           std::string(key), "unsupported_value");
     }
   }
-  for (const char* key : {"tool_choice", "function_call"}) {
-    const json::value* choice = fields.find(key);
-    if (choice == nullptr || choice->is_null()) continue;
-    if (choice->is_string() && (choice->get_string() == "none" || choice->get_string() == "auto")) {
-      continue;  // with no tools (refused above otherwise), both mean a text answer
-    }
-    return ApiError::invalid_request(
-        fmt::format("'{}' {} is not supported yet: this server does not produce tool calls", key,
-                    json::serialize(*choice)),
-        std::string(key), "unsupported_value");
-  }
   return fields.error;
+}
+
+// tools, tool_choice, parallel_tool_calls (chat only).
+std::optional<ApiError> parse_tools(FieldReader& fields, Endpoint endpoint,
+                                    std::optional<ToolRequest>& out) {
+  const json::value* tools = fields.find("tools");
+  const json::value* choice = fields.find("tool_choice");
+  const bool has_tools = tools != nullptr && !(tools->is_array() && tools->get_array().empty());
+  if (endpoint == Endpoint::kCompletions && (has_tools || choice != nullptr)) {
+    return ApiError::invalid_request("tools are for /v1/chat/completions",
+                                     has_tools ? "tools" : "tool_choice", "unsupported_value");
+  }
+  ToolRequest request;
+  if (tools != nullptr) {
+    if (!tools->is_array()) return ApiError::wrong_type("tools", "an array of tools", *tools);
+    if (tools->get_array().size() > ToolRequest::kMaxTools) {
+      return invalid_value(fmt::format("'tools' holds more than {} tools", ToolRequest::kMaxTools),
+                           "tools");
+    }
+    std::set<std::string> names;
+    const json::array& list = tools->get_array();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string where = fmt::format("tools[{}]", i);
+      const json::object* tool = list[i].if_object();
+      if (tool == nullptr) return ApiError::wrong_type(where, "an object", list[i]);
+      const json::value* type = tool->if_contains("type");
+      if (type == nullptr || !type->is_string() || type->get_string() != "function") {
+        return ApiError::invalid_request(
+            fmt::format("'{}.type' must be \"function\"", where), where + ".type",
+            "unsupported_value");
+      }
+      const json::value* function = tool->if_contains("function");
+      if (function == nullptr || !function->is_object()) {
+        return ApiError::invalid_request(fmt::format("'{}.function' is required", where),
+                                         where + ".function", "invalid_value");
+      }
+      const json::value* name = function->get_object().if_contains("name");
+      static const std::regex kName("[A-Za-z0-9_-]{1,64}");
+      if (name == nullptr || !name->is_string() ||
+          !std::regex_match(std::string(name->get_string()), kName)) {
+        return ApiError::invalid_request(
+            fmt::format("'{}.function.name' is required: 1 to 64 letters, digits, '_' or '-'",
+                        where),
+            where + ".function.name", "invalid_value");
+      }
+      if (!names.insert(std::string(name->get_string())).second) {
+        return invalid_value(fmt::format("two tools are named '{}'", name->get_string().c_str()),
+                             where + ".function.name");
+      }
+      if (const json::value* description = function->get_object().if_contains("description");
+          description != nullptr && !description->is_string() && !description->is_null()) {
+        return ApiError::wrong_type(where + ".function.description", "a string", *description);
+      }
+      if (const json::value* parameters = function->get_object().if_contains("parameters");
+          parameters != nullptr && !parameters->is_null()) {
+        if (!parameters->is_object()) {
+          return ApiError::wrong_type(where + ".function.parameters", "a JSON Schema object",
+                                      *parameters);
+        }
+        if (Status checked = check_json_schema(*parameters); !checked.ok()) {
+          return ApiError::from_status(
+              Status(checked.code(), fmt::format("'{}.function.parameters': {}", where,
+                                                 checked.message())),
+              where + ".function.parameters");
+        }
+      }
+    }
+    request.tools = list;
+  }
+  request.choice = has_tools ? ToolRequest::Choice::kAuto : ToolRequest::Choice::kNone;
+  if (choice != nullptr) {
+    if (choice->is_string()) {
+      const std::string_view name = choice->get_string();
+      if (name == "none") request.choice = ToolRequest::Choice::kNone;
+      else if (name == "auto") request.choice = ToolRequest::Choice::kAuto;
+      else if (name == "required") request.choice = ToolRequest::Choice::kRequired;
+      else {
+        return invalid_value("'tool_choice' must be none, auto, required or "
+                             "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                             "tool_choice");
+      }
+    } else {
+      const json::object* object = choice->if_object();
+      const json::value* function = object ? object->if_contains("function") : nullptr;
+      const json::value* name =
+          function && function->is_object() ? function->get_object().if_contains("name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return ApiError::wrong_type("tool_choice",
+                                    "none, auto, required or {\"type\": \"function\", "
+                                    "\"function\": {\"name\": ...}}",
+                                    *choice);
+      }
+      request.choice = ToolRequest::Choice::kNamed;
+      request.named = std::string(name->get_string());
+    }
+  }
+  if (!has_tools && (request.choice == ToolRequest::Choice::kRequired ||
+                     request.choice == ToolRequest::Choice::kNamed)) {
+    return invalid_value("'tool_choice' asks for a tool call, but 'tools' is empty",
+                         "tool_choice");
+  }
+  if (request.choice == ToolRequest::Choice::kNamed) {
+    const bool known = std::any_of(request.tools.begin(), request.tools.end(),
+                                   [&](const json::value& tool) {
+                                     return tool.at("function").at("name").as_string() ==
+                                            request.named;
+                                   });
+    if (!known) {
+      return invalid_value(
+          fmt::format("'tool_choice' names '{}', which is not in 'tools'", request.named),
+          "tool_choice");
+    }
+  }
+  if (auto parallel = fields.boolean("parallel_tool_calls")) request.parallel = *parallel;
+  if (fields.error) return fields.error;
+  if (has_tools && request.choice != ToolRequest::Choice::kNone) out = std::move(request);
+  return std::nullopt;
 }
 
 // response_format: "text", "json_object", "json_schema" (OpenAI), and tachyon's "regex" and
@@ -521,6 +625,12 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
   if (auto error = refuse_unsupported(fields, endpoint)) return error;
   if (auto error = parse_sampling(fields, endpoint, out.sampling)) return error;
   if (auto error = parse_response_format(fields, out.constraint)) return error;
+  if (auto error = parse_tools(fields, endpoint, out.tools)) return error;
+  if (out.tools && out.constraint) {
+    return ApiError::invalid_request(
+        "response_format together with tools is not supported yet: send one of them",
+        "response_format", "unsupported_value");
+  }
   if (std::optional<int64_t> n = fields.integer("n", 1, OpenAiRequest::kMaxChoices)) {
     out.n = static_cast<int>(*n);
   }

@@ -29,6 +29,17 @@ enum class Endpoint { kChatCompletions, kCompletions };
 enum class ContextOverflow { kError, kTruncate, kSink };
 std::optional<ContextOverflow> parse_context_overflow(std::string_view name);
 
+// tools / tool_choice / parallel_tool_calls, when the model may call tools (tool_choice not
+// "none" and tools given).
+struct ToolRequest {
+  enum class Choice { kNone, kAuto, kRequired, kNamed };
+  boost::json::array tools;  // OpenAI tool objects, checked (names, parameter schemas)
+  Choice choice = Choice::kAuto;
+  std::string named;     // kNamed: the function it must call
+  bool parallel = true;  // parallel_tool_calls: more than one call per answer
+  static constexpr size_t kMaxTools = 256;
+};
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
   std::string model;
@@ -52,6 +63,7 @@ struct OpenAiRequest {
   std::optional<ContextOverflow> context_overflow;
   // response_format other than "text": what the output must match.
   std::optional<ConstraintSpec> constraint;
+  std::optional<ToolRequest> tools;
   // Choices to generate (n): independent samples of the same prompt, computed once.
   int n = 1;
   static constexpr int kMaxChoices = 128;  // as OpenAI

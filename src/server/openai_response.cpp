@@ -175,7 +175,7 @@ json::value ResponseBuilder::logprobs_json(const std::vector<SampleLogprobs>& lo
 json::object ResponseBuilder::response(const std::string& text, bool want_logprobs,
                                        const std::vector<SampleLogprobs>& logprobs,
                                        FinishReason finish_reason, const Usage& usage) {
-  return response(std::vector<Choice>{Choice{text, logprobs, finish_reason}}, want_logprobs,
+  return response(std::vector<Choice>{Choice{text, logprobs, finish_reason, {}}}, want_logprobs,
                   usage);
 }
 
@@ -188,13 +188,20 @@ json::object ResponseBuilder::response(const std::vector<Choice>& choices, bool 
     json::object choice;
     choice["index"] = i;
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", from.text}, {"refusal", nullptr}};
+      json::object message{{"role", "assistant"}, {"content", from.text}, {"refusal", nullptr}};
+      if (!from.tool_calls.empty()) {
+        if (from.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = from.tool_calls;
+      }
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = from.text;
     }
     choice["logprobs"] = want_logprobs ? logprobs_json(from.logprobs, static_cast<int>(i))
                                        : json::value(nullptr);
-    choice["finish_reason"] = finish_reason_json(from.finish_reason);
+    choice["finish_reason"] = !from.tool_calls.empty() && from.finish_reason == FinishReason::kStop
+                                  ? json::value("tool_calls")
+                                  : finish_reason_json(from.finish_reason);
     out_choices.push_back(std::move(choice));
   }
   json::object out = header(chat ? "chat.completion" : "text_completion");
@@ -234,17 +241,38 @@ json::object ResponseBuilder::text_chunk(const std::string& text, bool want_logp
                             {"finish_reason", nullptr}});
 }
 
-json::object ResponseBuilder::finish_chunk(FinishReason finish_reason, int index) const {
+json::object ResponseBuilder::finish_chunk(FinishReason finish_reason, int index,
+                                           bool tool_calls) const {
+  const json::value reason = tool_calls && finish_reason == FinishReason::kStop
+                                 ? json::value("tool_calls")
+                                 : finish_reason_json(finish_reason);
   if (endpoint_ == Endpoint::kChatCompletions) {
     return chunk_with_choice({{"index", index},
                               {"delta", json::object()},
                               {"logprobs", nullptr},
-                              {"finish_reason", finish_reason_json(finish_reason)}});
+                              {"finish_reason", reason}});
   }
   return chunk_with_choice({{"text", ""},
                             {"index", index},
                             {"logprobs", nullptr},
-                            {"finish_reason", finish_reason_json(finish_reason)}});
+                            {"finish_reason", reason}});
+}
+
+json::object ResponseBuilder::tool_call_chunk(int index, int call_index, const std::string* id,
+                                              const std::string* name,
+                                              const std::string& arguments) const {
+  json::object function{{"arguments", arguments}};
+  json::object call{{"index", call_index}};
+  if (id != nullptr) {
+    call["id"] = *id;
+    call["type"] = "function";
+  }
+  if (name != nullptr) function["name"] = *name;
+  call["function"] = std::move(function);
+  return chunk_with_choice({{"index", index},
+                            {"delta", {{"tool_calls", json::array{std::move(call)}}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}});
 }
 
 json::object ResponseBuilder::usage_chunk(const Usage& usage) const {

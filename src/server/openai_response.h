@@ -44,6 +44,9 @@ class ResponseBuilder {
     std::string text;
     std::vector<SampleLogprobs> logprobs;  // one entry per token, used when want_logprobs
     FinishReason finish_reason = FinishReason::kNone;
+    // Tool calls ({id, type, function: {name, arguments}}); with any, a stop is reported as
+    // finish_reason "tool_calls" and empty content as null.
+    boost::json::array tool_calls;
   };
 
   // The whole answer. `logprobs` is used when `want_logprobs` (one entry per token).
@@ -59,7 +62,14 @@ class ResponseBuilder {
   boost::json::object role_chunk(int index = 0) const;
   boost::json::object text_chunk(const std::string& text, bool want_logprobs,
                                  const std::vector<SampleLogprobs>& logprobs, int index = 0);
-  boost::json::object finish_chunk(FinishReason finish_reason, int index = 0) const;
+  // `tool_calls`: the choice called tools (a stop becomes finish_reason "tool_calls").
+  boost::json::object finish_chunk(FinishReason finish_reason, int index = 0,
+                                   bool tool_calls = false) const;
+  // A streamed tool call: its first delta carries `id`, type and `name` (arguments ""), the
+  // next ones argument fragments only (id and name null).
+  boost::json::object tool_call_chunk(int index, int call_index, const std::string* id,
+                                      const std::string* name,
+                                      const std::string& arguments) const;
   boost::json::object usage_chunk(const Usage& usage) const;
 
   // "data: <json>\n\n"

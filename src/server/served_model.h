@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "constrain/constraint_compiler.h"
+#include "tool_calls/tool_call_format.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,6 +31,8 @@ struct ServedModel {
   // response_format's grammars (null: the model cannot constrain its output), and how long a
   // request's grammar may take to compile (--grammar-compile-timeout).
   ConstraintCompiler* constraints = nullptr;
+  // How the model writes tool calls (from its chat template; kGeneric without one).
+  ToolCallFormat tool_format = ToolCallFormat::kGeneric;
   std::chrono::milliseconds grammar_compile_limit{10000};
 };
 

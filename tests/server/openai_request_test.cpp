@@ -276,25 +276,61 @@ TEST(OpenAiRequestTest, ResponseFormatBecomesAConstraint) {
                "response_format.grammar");
 }
 
-// Tool calling is not built: asking for it is a 400 naming the field, never a silent text
-// answer; no tools, empty ones, or tool_choice "none" are fine.
-TEST(OpenAiRequestTest, ToolCallingIsRefusedUntilBuilt) {
+// tools / tool_choice / parallel_tool_calls: checked and turned into a ToolRequest; bad
+// input is a 400 naming the field; the legacy function-calling fields are refused.
+TEST(OpenAiRequestTest, ToolsAreParsedAndChecked) {
   const std::string tool =
-      R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}}])";
-  const ApiError tools = chat_error(tool);
-  expect_param(tools, "tools");
-  EXPECT_EQ(tools.code.value_or(""), "unsupported_value");
-  EXPECT_NE(tools.message.find("not supported yet"), std::string::npos) << tools.message;
-  expect_param(chat_error(tool + R"(,"tool_choice":"auto")"), "tools");
-  expect_param(chat_error(tool + R"(,"tool_choice":"required")"), "tools");
+      R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},)"
+      R"({"type":"function","function":{"name":"noop"}}])";
+  OpenAiRequest request = parse_chat_ok(tool);
+  ASSERT_TRUE(request.tools);
+  EXPECT_EQ(request.tools->choice, ToolRequest::Choice::kAuto);
+  EXPECT_EQ(request.tools->tools.size(), 2u);
+  EXPECT_TRUE(request.tools->parallel);
+  request = parse_chat_ok(tool + R"(,"tool_choice":"required","parallel_tool_calls":false)");
+  ASSERT_TRUE(request.tools);
+  EXPECT_EQ(request.tools->choice, ToolRequest::Choice::kRequired);
+  EXPECT_FALSE(request.tools->parallel);
+  request = parse_chat_ok(tool + R"(,"tool_choice":{"type":"function","function":{"name":"noop"}})");
+  ASSERT_TRUE(request.tools);
+  EXPECT_EQ(request.tools->choice, ToolRequest::Choice::kNamed);
+  EXPECT_EQ(request.tools->named, "noop");
+  // Tools the client forbids, or none at all: a text answer.
+  EXPECT_FALSE(parse_chat_ok(tool + R"(,"tool_choice":"none")").tools);
+  EXPECT_FALSE(parse_chat_ok(R"("tools":[],"tool_choice":"auto")").tools);
+  EXPECT_FALSE(parse_chat_ok(R"("tools":null)").tools);
+
+  expect_param(chat_error(R"("tools":{})"), "tools");
+  expect_param(chat_error(R"("tools":[{"type":"retrieval"}])"), "tools[0].type");
+  expect_param(chat_error(R"("tools":[{"type":"function"}])"), "tools[0].function");
+  expect_param(chat_error(R"("tools":[{"type":"function","function":{"description":"x"}}])"),
+               "tools[0].function.name");
+  expect_param(chat_error(R"("tools":[{"type":"function","function":{"name":"a b"}}])"),
+               "tools[0].function.name");
+  expect_param(chat_error(R"("tools":[{"type":"function","function":{"name":"f"}},)"
+                          R"({"type":"function","function":{"name":"f"}}])"),
+               "tools[1].function.name");
+  expect_param(chat_error(R"("tools":[{"type":"function","function":{"name":"f",)"
+                          R"("parameters":[1]}}])"),
+               "tools[0].function.parameters");
+  const ApiError unenforced = chat_error(
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"array",)"
+      R"("uniqueItems":true}}}])");
+  expect_param(unenforced, "tools[0].function.parameters");
+  EXPECT_NE(unenforced.message.find("uniqueItems"), std::string::npos) << unenforced.message;
   expect_param(chat_error(R"("tool_choice":"required")"), "tool_choice");
   expect_param(chat_error(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
                "tool_choice");
+  expect_param(chat_error(tool + R"(,"tool_choice":{"type":"function","function":{"name":"x"}})"),
+               "tool_choice");
+  expect_param(chat_error(tool + R"(,"tool_choice":"sometimes")"), "tool_choice");
+  expect_param(chat_error(tool + R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls");
+  expect_param(chat_error(tool + R"(,"response_format":{"type":"json_object"})"),
+               "response_format");
+  expect_param(completion_error(R"("prompt":"x",)" + tool), "tools");
   expect_param(chat_error(R"("functions":[{"name":"f"}])"), "functions");
   expect_param(chat_error(R"("function_call":{"name":"f"})"), "function_call");
-  EXPECT_FALSE(parse_chat_ok(tool + R"(,"tool_choice":"none")").stream);
-  EXPECT_FALSE(parse_chat_ok(R"("tools":[],"tool_choice":"auto")").stream);
-  EXPECT_FALSE(parse_chat_ok(R"("tools":null,"function_call":"none")").stream);
 }
 
 TEST(OpenAiRequestTest, StreamOptionsPriorityAndSalt) {

@@ -1,0 +1,36 @@
+// Tool calling between the OpenAI API and a model: the conversation and tools as the model's
+// chat template gets them, the grammar that enforces tool_choice, and the calls parsed back out
+// of the answer (tool_calls/ has the formats and the parser).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "constrain/constraint_spec.h"
+#include "core/status.h"
+#include "server/openai_request.h"
+#include "tool_calls/tool_call_format.h"
+
+namespace tachyon::server {
+
+// Rewrites `messages` (and sets `template_tools`) for a model writing `format`. Templates that
+// render tools themselves get the tools and the messages as they are. For kGeneric the tools
+// are described in the system message, assistant turns' tool_calls become <tool_call> blocks in
+// their content and tool results user turns in <tool_response> blocks, so any template renders
+// them. `tools` is null when the model may not call tools (past calls are still rewritten).
+void prepare_tool_conversation(ToolCallFormat format, const ToolRequest* tools,
+                               boost::json::array& messages, boost::json::value& template_tools);
+
+// The grammar enforcing tool_choice, nullopt when nothing is enforced (auto on formats whose
+// markers are special tokens: the output is parsed as it comes). kUnsupported for required or
+// named choices on such formats.
+Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format,
+                                                           const ToolRequest& tools);
+
+// Whether the answer's special tokens must stay in the text for the parser (markers that are
+// special tokens: [TOOL_CALLS], <|python_tag|>, DeepSeek's and Kimi's).
+bool tool_markers_are_special(ToolCallFormat format);
+
+}  // namespace tachyon::server
