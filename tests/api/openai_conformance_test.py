@@ -466,16 +466,17 @@ def test_errors(api: Api) -> None:
     except openai.BadRequestError as error:
         check("n=2: 400 param n", error.status_code == 400 and error.body.get("param") == "n", error.body)
 
-    # Tool calling (not built yet) is refused, never answered with plain text.
+    # Tool calling: a required or named call is a call, never plain text (tool_calls_test.py
+    # checks it in depth).
     weather = [{"type": "function", "function": {
         "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
-    expect_error(api, "tools with tool_choice required: 400 param tools",
-                 lambda: api.chat(CAPITAL, max_tokens=4, tools=weather, tool_choice="required"),
-                 400, param="tools")
-    expect_error(api, "tool_choice naming a function: 400",
-                 lambda: api.chat(CAPITAL, max_tokens=4, tools=weather,
-                                  tool_choice={"type": "function",
-                                               "function": {"name": "get_weather"}}), 400)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        response = api.chat(CAPITAL, max_tokens=60, tools=weather, tool_choice=choice,
+                            parallel_tool_calls=False)
+        calls = response.choices[0].message.tool_calls or []
+        check(f"tools with tool_choice {choice}: a call to get_weather",
+              len(calls) >= 1 and calls[0].function.name == "get_weather" and
+              response.choices[0].finish_reason == "tool_calls", response)
     response = api.chat(CAPITAL, max_tokens=4, tools=weather, tool_choice="none")
     check("tools with tool_choice none: a text answer",
           response.choices[0].message.content is not None and
