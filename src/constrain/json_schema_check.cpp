@@ -306,7 +306,8 @@ class SchemaWalker {
     const json::object* first = objects[0];
     const json::value* properties = first->if_contains("properties");
     if (properties == nullptr || !properties->is_object()) return refuse();
-    for (const auto& [name, unused] : properties->get_object()) {
+    for (const auto& property : properties->get_object()) {
+      const std::string_view name = property.key();
       std::set<std::string> seen;
       bool discriminates = true;
       for (const json::object* object : objects) {

@@ -347,7 +347,7 @@ bool ToolCallParser::step_json_call(std::vector<ToolCallEvent>& out) {
         // Arguments written as a JSON string holding the JSON text.
         boost::system::error_code error;
         const boost::json::value decoded = boost::json::parse(text, error);
-        if (!error && decoded.is_string()) arguments = std::string(decoded.get_string());
+        if (!error && decoded.is_string()) arguments += decoded.get_string();
       }
     }
   };
