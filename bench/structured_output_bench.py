@@ -9,7 +9,8 @@
 - Decode: the first --decode-schemas schemas of the suite through `tachyon serve` (greedy,
   frequency_penalty 1.5, streamed, one request at a time): decode tokens/s with the schema
   against the same prompt without it, run for exactly as many tokens (ignore_eos), prompt
-  processing excluded (time from the first to the last token).
+  processing excluded (time from the first to the last token); the median of the per-pair
+  ratios over three rounds.
 - llama.cpp (llama-cpp-python from .venv-llamacpp, tools/requirements-llamacpp.txt): the share
   of the suite its json_schema converter accepts, and decode tokens/s with and without the
   grammar over the same schemas.
@@ -63,16 +64,19 @@ def stream_rate(client, model, messages, **extra) -> tuple[int, float, str]:
 
 
 def decode_rows(count: int, rounds: int = 3) -> dict:
-    """Per round: each schema's answer, then the same prompt free for as many tokens (so noise
-    from a shared machine hits both alike); the median round's ratio is the result."""
+    """Each schema's answer, then the same prompt free for as many tokens, `rounds` times. A
+    shared machine's speed can change between phases for seconds at a time, so the result is
+    the median of the per-pair ratios (a pair takes a fraction of a second); the aggregate rates
+    are reported beside it."""
     import openai
+    import statistics
     entries = suite()[:count]
-    results = []
+    ratios = []
+    totals = {"schema": [0, 0.0], "free": [0, 0.0]}
     with TachyonServer(str(ROOT / "build" / "tachyon"), args=["-t", "2"]) as server:
         client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600)
         model = client.models.list().data[0].id
         for _ in range(rounds):
-            totals = {"schema": [0, 0.0], "free": [0, 0.0]}
             for name, schema, prompt in entries:
                 messages = [{"role": "user", "content": prompt}]
                 fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
@@ -84,15 +88,17 @@ def decode_rows(count: int, rounds: int = 3) -> dict:
                 m, free_seconds, _ = stream_rate(client, model, messages, temperature=0,
                                                  max_tokens=n, frequency_penalty=1.5,
                                                  extra_body={"ignore_eos": True})
+                if seconds <= 0 or free_seconds <= 0:
+                    continue
+                ratios.append(((n - 1) / seconds) / ((m - 1) / free_seconds))
                 totals["schema"][0] += n - 1
                 totals["schema"][1] += seconds
                 totals["free"][0] += m - 1
                 totals["free"][1] += free_seconds
-            rates = {key: tokens / seconds for key, (tokens, seconds) in totals.items()}
-            results.append({"tokens": totals["schema"][0], "with_schema": rates["schema"],
-                            "without": rates["free"], "ratio": rates["schema"] / rates["free"]})
-    results.sort(key=lambda row: row["ratio"])
-    return {"median": results[len(results) // 2], "rounds": results}
+    rates = {key: tokens / seconds for key, (tokens, seconds) in totals.items()}
+    return {"pairs": len(ratios), "median_pair_ratio": statistics.median(ratios),
+            "tokens": totals["schema"][0], "with_schema": rates["schema"],
+            "without": rates["free"]}
 
 
 def llamacpp_rows(count: int) -> dict:

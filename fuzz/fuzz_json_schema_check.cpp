@@ -1,11 +1,11 @@
-// The JSON Schema check (src/constrain/json_schema_check.cpp) on arbitrary JSON: never
+// The JSON Schema check (src/structured/json_schema_check.cpp) on arbitrary JSON: never
 // crashes, recursion through $ref and nesting always ends.
 #include <cstdint>
 #include <string_view>
 
 #include <boost/json.hpp>
 
-#include "constrain/json_schema_check.h"
+#include "structured/json_schema_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   boost::system::error_code error;

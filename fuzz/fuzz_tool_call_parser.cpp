@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tool_calls/tool_call_parser.h"
+#include "chat/tool_call_parser.h"
 
 namespace {
 

@@ -40,7 +40,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
 fi
 
-# XGrammar's C++ source for constrained decoding (src/constrain).
+# XGrammar's C++ source for constrained decoding (src/structured).
 "$root/scripts/fetch_xgrammar.sh"
 
 "$root/scripts/fetch_model.sh"

@@ -15,7 +15,7 @@
 #include "cli/speculation_flags.h"
 #include "core/paths.h"
 #include "gateway/gateway.h"
-#include "constrain/constraint_compiler.h"
+#include "structured/constraint_compiler.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "server/http_server.h"

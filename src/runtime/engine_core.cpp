@@ -162,6 +162,8 @@ bool EngineCore::take_inbox() {
                             0x9e3779b97f4a7c15ull ^
                         active->request.tenant;
     if (active->request.sink) active->history = active->request.prompt;
+    // The first token's mask is built while the prompt runs.
+    if (active->request.constraint) active->request.constraint->prepare_mask();
     if (options_.speculative.enabled() && active->request.speculate) {
       // The draft model's cache cannot follow the sink policy's moves: prompt lookup instead.
       if (draft_runner_ && !active->request.sink) {
@@ -296,6 +298,8 @@ EngineCore::Sampled EngineCore::sample(ScheduledRequest& item, Active& active, i
   }
   logits_row += num_drafts + 1;
   item.num_rejected_tokens = num_drafts - accepted;
+  // The next token's mask is built while the next forward pass runs.
+  if (active.request.constraint && !output.finished) active.request.constraint->prepare_mask();
   request.draft_tokens.clear();
   if (num_drafts > 0) {
     active.draft_tokens += num_drafts;

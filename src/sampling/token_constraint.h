@@ -1,6 +1,6 @@
 // What the sampler asks of a constraint on the output (a grammar, a JSON schema, a regular
 // expression): is this token allowed next, and which tokens are. The sampling layer knows only
-// this interface; src/constrain implements it.
+// this interface; src/structured implements it.
 #pragma once
 
 #include <span>
@@ -23,6 +23,9 @@ class TokenConstraint {
   virtual void rollback(int num_tokens) = 0;
   // True once the constraint has accepted an end-of-generation token: nothing may follow.
   virtual bool is_terminated() const = 0;
+  // A hint that the next mask will be asked for soon: it may be built in the background
+  // (overlapped with the forward pass). No effect by default.
+  virtual void prepare_mask() {}
 };
 
 }  // namespace tachyon

@@ -28,7 +28,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
-#include "tool_calls/tool_call_parser.h"
+#include "chat/tool_call_parser.h"
 
 namespace tachyon::server {
 

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "constrain/json_schema_check.h"
+#include "structured/json_schema_check.h"
 
 #include <charconv>
 #include <cmath>

@@ -11,7 +11,7 @@
 
 #include <boost/json.hpp>
 
-#include "constrain/constraint_spec.h"
+#include "structured/constraint_spec.h"
 #include "runtime/engine_request.h"
 #include "sampling/sampling_params.h"
 #include "server/api_error.h"

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "chat/chat_template.h"
-#include "constrain/constraint_compiler.h"
-#include "tool_calls/tool_call_format.h"
+#include "structured/constraint_compiler.h"
+#include "chat/tool_call_format.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,6 +1,6 @@
 // Tool calling between the OpenAI API and a model: the conversation and tools as the model's
 // chat template gets them, the grammar that enforces tool_choice, and the calls parsed back out
-// of the answer (tool_calls/ has the formats and the parser).
+// of the answer (chat/tool_call_format.h and chat/tool_call_parser.h have the formats and the parser).
 #pragma once
 
 #include <optional>
@@ -8,10 +8,10 @@
 
 #include <boost/json.hpp>
 
-#include "constrain/constraint_spec.h"
+#include "structured/constraint_spec.h"
 #include "core/status.h"
 #include "server/openai_request.h"
-#include "tool_calls/tool_call_format.h"
+#include "chat/tool_call_format.h"
 
 namespace tachyon::server {
 

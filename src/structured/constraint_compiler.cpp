@@ -1,4 +1,4 @@
-#include "constrain/constraint_compiler.h"
+#include "structured/constraint_compiler.h"
 
 #include <condition_variable>
 #include <exception>
@@ -10,8 +10,9 @@
 #include <boost/json.hpp>
 #include <xgrammar/compiler.h>
 
-#include "constrain/grammar_constraint.h"
-#include "constrain/json_schema_check.h"
+#include "structured/grammar_constraint.h"
+#include "structured/mask_worker.h"
+#include "structured/json_schema_check.h"
 
 namespace tachyon {
 
@@ -112,6 +113,7 @@ struct ConstraintCompiler::Impl {
   }
 
   xgrammar::GrammarCompiler compiler;
+  std::shared_ptr<MaskWorker> mask_worker = std::make_shared<MaskWorker>();
   std::shared_ptr<const std::vector<uint8_t>> special;
   std::vector<TokenId> end_of_generation;
 
@@ -252,7 +254,7 @@ Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(
 std::unique_ptr<TokenConstraint> ConstraintCompiler::start(
     const std::shared_ptr<const CompiledConstraint>& grammar) const {
   return std::make_unique<GrammarConstraint>(grammar->grammar, impl_->special,
-                                             impl_->end_of_generation);
+                                             impl_->end_of_generation, impl_->mask_worker);
 }
 
 }  // namespace tachyon

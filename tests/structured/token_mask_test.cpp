@@ -1,8 +1,9 @@
 // Token masks against a slow exhaustive reference: a token is allowed next iff its bytes keep
 // the parser alive (XGrammar's byte-level matcher fed the token's text on a fork of the state),
 // an end-of-generation token iff the output is complete, any other special token never. Random
-// walks through JSON schemas, a regex and a grammar, over the default model's 49K-token
-// vocabulary and Gemma 3's 262K-token one, both with the real tokenizers' token bytes.
+// walks through JSON schemas (fixed and randomly generated ones), a regex and a grammar, over
+// the default model's 49K-token vocabulary and Gemma 3's 262K-token one, both with the real
+// tokenizers' token bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/json.hpp>
 #include <xgrammar/matcher.h>
 
-#include "constrain/constraint_compiler.h"
+#include "structured/constraint_compiler.h"
 #include "core/paths.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
@@ -155,6 +157,104 @@ void walk_and_compare(LoadedVocabulary& loaded, const ConstraintSpec& spec, int 
         ASSERT_EQ(std::isfinite(logits[i]), std::isfinite(before[i])) << i;
       }
     }
+  }
+}
+
+// A random schema from the features response_format supports: objects with required and
+// optional properties, arrays with bounds, enums, const, anyOf, strings with lengths, patterns
+// or formats, bounded integers and numbers, booleans, nulls, and $ref into $defs.
+boost::json::value random_schema(std::mt19937_64& rng, int depth, bool& uses_defs) {
+  namespace json = boost::json;
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const int kind = depth >= 3 ? 2 + pick(8) : pick(10);
+  switch (kind) {
+    case 0: {  // object
+      json::object properties;
+      json::array required;
+      const int count = 1 + pick(3);
+      for (int i = 0; i < count; ++i) {
+        const std::string name = std::string(1, static_cast<char>('a' + pick(26))) +
+                                 std::to_string(i);
+        properties[name] = random_schema(rng, depth + 1, uses_defs);
+        if (pick(3) != 0) required.push_back(json::string(name));
+      }
+      return json::object{{"type", "object"},
+                          {"properties", std::move(properties)},
+                          {"required", std::move(required)},
+                          {"additionalProperties", false}};
+    }
+    case 1: {  // array
+      const int low = pick(2);
+      return json::object{{"type", "array"},
+                          {"items", random_schema(rng, depth + 1, uses_defs)},
+                          {"minItems", low},
+                          {"maxItems", low + 1 + pick(3)}};
+    }
+    case 2: {  // string
+      json::object schema{{"type", "string"}};
+      switch (pick(4)) {
+        case 0: schema["maxLength"] = 1 + pick(8); break;
+        case 1: schema["pattern"] = "^[a-c]{1,3}-[0-9]+$"; break;
+        case 2: schema["format"] = pick(2) ? "date" : "ipv4"; break;
+        default: break;
+      }
+      return schema;
+    }
+    case 3:
+      return json::object{{"type", "integer"}, {"minimum", -pick(50)}, {"maximum", pick(500)}};
+    case 4:
+      return json::object{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1 + pick(9)}};
+    case 5:
+      return json::object{{"type", "boolean"}};
+    case 6:
+      return json::object{{"enum", json::array{"x y", 3, nullptr, "quote\"d", false}}};
+    case 7:
+      return json::object{{"const", pick(2) ? json::value("fixed") : json::value(42)}};
+    case 8: {
+      json::array options;
+      const int count = 2 + pick(2);
+      for (int i = 0; i < count; ++i) options.push_back(random_schema(rng, depth + 1, uses_defs));
+      return json::object{{"anyOf", std::move(options)}};
+    }
+    default:
+      uses_defs = true;
+      return json::object{{"$ref", "#/$defs/shared"}};
+  }
+}
+
+std::vector<ConstraintSpec> random_specs(uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  std::vector<ConstraintSpec> specs;
+  while (static_cast<int>(specs.size()) < count) {
+    bool uses_defs = false;
+    boost::json::value schema = random_schema(rng, 0, uses_defs);
+    if (uses_defs || !schema.is_object()) {
+      boost::json::object root{{"anyOf", boost::json::array{schema, boost::json::object{
+                                                                        {"type", "null"}}}}};
+      boost::json::object shared{{"type", "array"}, {"items", {{"type", "integer"}}},
+                                 {"maxItems", 2}};
+      root["$defs"] = boost::json::object{{"shared", std::move(shared)}};
+      schema = std::move(root);
+    }
+    specs.push_back({ConstraintSpec::Kind::kJsonSchema, boost::json::serialize(schema)});
+  }
+  return specs;
+}
+
+TEST(TokenMaskTest, RandomSchemasMatchTheExhaustiveCheck) {
+  LoadedVocabulary loaded = load(default_model_path());
+  ASSERT_TRUE(loaded.compiler);
+  const std::vector<ConstraintSpec> specs = random_specs(2026, 12);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    SCOPED_TRACE(specs[i].source);
+    walk_and_compare(loaded, specs[i], 8, 500 + i);
+  }
+  LoadedVocabulary gemma = load(tachyon_home() + "/models/gemma-3-270m-q4_k_m.gguf");
+  ASSERT_TRUE(gemma.compiler);
+  const std::vector<ConstraintSpec> gemma_specs = random_specs(1203, 4);
+  for (size_t i = 0; i < gemma_specs.size(); ++i) {
+    SCOPED_TRACE(gemma_specs[i].source);
+    walk_and_compare(gemma, gemma_specs[i], 4, 900 + i);
   }
 }
 

@@ -19,7 +19,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
-#include "constrain/constraint_compiler.h"
+#include "structured/constraint_compiler.h"
 #include "model_files/gguf_file.h"
 #include "runtime/generator.h"
 #include "tokenizer/tokenizer.h"

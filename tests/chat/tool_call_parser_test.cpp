@@ -1,6 +1,6 @@
 // Recorded outputs in every tool-call format: parsed whole, then fed split at every byte
 // boundary (and byte by byte), the merged events must be the same.
-#include "tool_calls/tool_call_parser.h"
+#include "chat/tool_call_parser.h"
 
 #include <gtest/gtest.h>
 

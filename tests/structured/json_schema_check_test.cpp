@@ -1,4 +1,4 @@
-#include "constrain/json_schema_check.h"
+#include "structured/json_schema_check.h"
 
 #include <gtest/gtest.h>
 

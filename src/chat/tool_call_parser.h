@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tool_calls/tool_call_format.h"
+#include "chat/tool_call_format.h"
 
 namespace tachyon {
 

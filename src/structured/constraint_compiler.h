@@ -20,7 +20,7 @@
 
 #include <xgrammar/compiler.h>
 
-#include "constrain/constraint_spec.h"
+#include "structured/constraint_spec.h"
 #include "core/status.h"
 #include "sampling/token_constraint.h"
 #include "tokenizer/tokenizer.h"

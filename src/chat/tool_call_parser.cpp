@@ -1,4 +1,4 @@
-#include "tool_calls/tool_call_parser.h"
+#include "chat/tool_call_parser.h"
 
 #include <algorithm>
 
