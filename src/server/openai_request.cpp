@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
-#include <regex>
+#include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <fmt/format.h>
@@ -380,9 +381,13 @@ std::optional<ApiError> parse_tools(FieldReader& fields, Endpoint endpoint,
                                          where + ".function", "invalid_value");
       }
       const json::value* name = function->get_object().if_contains("name");
-      static const std::regex kName("[A-Za-z0-9_-]{1,64}");
-      if (name == nullptr || !name->is_string() ||
-          !std::regex_match(std::string(name->get_string()), kName)) {
+      const auto valid_name = [](std::string_view text) {
+        return !text.empty() && text.size() <= 64 &&
+               std::all_of(text.begin(), text.end(), [](char c) {
+                 return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+               });
+      };
+      if (name == nullptr || !name->is_string() || !valid_name(name->get_string())) {
         return ApiError::invalid_request(
             fmt::format("'{}.function.name' is required: 1 to 64 letters, digits, '_' or '-'",
                         where),
