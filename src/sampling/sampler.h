@@ -11,6 +11,11 @@
 //   7. min-p                relative to the most likely token
 //   8. draw                 inverse CDF over the survivors with one uniform draw
 //
+// With a TokenConstraint (a grammar) the result is a token it allows: the token picked by
+// steps 3-8 is checked first and, when the constraint rejects it, the logits are masked (-inf
+// for every disallowed token) and the pick is made again; when logprobs or truncation depend on
+// the mask, it is applied after step 2 instead (see sample()).
+//
 // Logprobs (when SamplingParams::logprobs) come from the distribution after steps 1–4, before
 // any truncation: log-softmax of the biased, penalised, temperature-scaled logits over the
 // whole vocabulary. Greedy requests use temperature 1 for this.
