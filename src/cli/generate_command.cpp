@@ -1,6 +1,10 @@
 // `tachyon generate`: completes a prompt (raw, or as one chat turn with --chat) and prints the
 // generated text as it comes.
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -11,6 +15,7 @@
 #include "cli/sampling_options.h"
 #include "cli/speculation_flags.h"
 #include "runtime/generator.h"
+#include "structured/constraint_compiler.h"
 
 namespace tachyon::cli {
 namespace {
@@ -26,7 +31,47 @@ struct GenerateOptions {
   bool json = false;
   bool add_special = true;
   std::string context_overflow = "error";  // or sink
+  // At most one: the output must match it (as the server's response_format).
+  std::string json_schema;  // a JSON Schema, or @FILE
+  std::string regex;
+  std::string grammar;  // XGrammar EBNF, or @FILE
+  bool json_object = false;
 };
+
+// "@path" → the file's contents; anything else as it is.
+Result<std::string> text_or_file(const std::string& value) {
+  if (value.empty() || value[0] != '@') return value;
+  std::ifstream in(value.substr(1), std::ios::binary);
+  if (!in) return not_found(fmt::format("cannot read {}", value.substr(1)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The --json-schema / --regex / --grammar / --json-object request, if any.
+Result<std::optional<ConstraintSpec>> constraint_spec(const GenerateOptions& options) {
+  using Kind = ConstraintSpec::Kind;
+  const int given = !options.json_schema.empty() + !options.regex.empty() +
+                    !options.grammar.empty() + options.json_object;
+  if (given > 1) {
+    return invalid_argument("--json-schema, --regex, --grammar and --json-object exclude each other");
+  }
+  if (!options.json_schema.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(std::string schema, text_or_file(options.json_schema));
+    return std::optional<ConstraintSpec>(ConstraintSpec{Kind::kJsonSchema, schema});
+  }
+  if (!options.regex.empty()) {
+    return std::optional<ConstraintSpec>(ConstraintSpec{Kind::kRegex, options.regex});
+  }
+  if (!options.grammar.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(std::string grammar, text_or_file(options.grammar));
+    return std::optional<ConstraintSpec>(ConstraintSpec{Kind::kGrammar, grammar});
+  }
+  if (options.json_object) {
+    return std::optional<ConstraintSpec>(ConstraintSpec{Kind::kJsonObject, ""});
+  }
+  return std::optional<ConstraintSpec>();
+}
 
 Status run_generate(GenerateOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.finish());
@@ -49,6 +94,19 @@ Status run_generate(GenerateOptions& options) {
   const std::vector<TokenId> prompt =
       session.tokenizer->encode(text, {.parse_special = true, .add_special = add_special});
   if (prompt.empty()) return invalid_argument("the prompt is empty");
+  TACHYON_ASSIGN_OR_RETURN(std::optional<ConstraintSpec> spec, constraint_spec(options));
+  std::unique_ptr<ConstraintCompiler> compiler;
+  std::unique_ptr<TokenConstraint> constraint;
+  if (spec) {
+    TACHYON_ASSIGN_OR_RETURN(
+        compiler, ConstraintCompiler::create(
+                      *session.tokenizer,
+                      Generator::end_of_generation_tokens(session.tokenizer->vocabulary()),
+                      session.model->config().vocab_size));
+    TACHYON_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledConstraint> grammar,
+                             compiler->compile(*spec, std::chrono::seconds(60)));
+    constraint = compiler->start(grammar);
+  }
 
   Generator generator(*session.model, *session.tokenizer, *session.pool, session.context_size,
                       options.model.batch_size, session.cache_type);
@@ -69,7 +127,7 @@ Status run_generate(GenerateOptions& options) {
                            std::fwrite(piece.data(), 1, piece.size(), stdout);
                            std::fflush(stdout);
                          },
-                         &interrupt.flag()));
+                         &interrupt.flag(), constraint.get()));
   if (!options.json) {
     std::fputc('\n', stdout);
     return Status();
@@ -126,6 +184,13 @@ void add_generate_command(CLI::App& app) {
                     "Add BOS/EOS as the vocabulary asks (default; raw prompts only: a chat "
                     "template spells them out)");
   command->add_flag("--json", options->json, "Print one JSON object with text, counts and timings");
+  command->add_option("--json-schema", options->json_schema,
+                      "The output is JSON valid against this JSON Schema (text, or @FILE)");
+  command->add_flag("--json-object", options->json_object, "The output is a JSON object");
+  command->add_option("--regex", options->regex, "The output matches this regular expression");
+  command->add_option("--grammar", options->grammar,
+                      "The output is in this EBNF grammar (XGrammar's GBNF dialect, rule root "
+                      "first; text, or @FILE)");
   command->callback([options] {
     Status status = run_generate(*options);
     if (!status.ok()) fail(status.message());

@@ -125,7 +125,8 @@ Status Generator::check_cache_policies() const {
 Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
                                              const SamplingParams& params,
                                              const std::function<void(std::string_view)>& on_text,
-                                             const std::atomic<bool>* cancel) {
+                                             const std::atomic<bool>* cancel,
+                                             TokenConstraint* constraint) {
   TACHYON_RETURN_IF_ERROR(check_cache_policies());
   TACHYON_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(params, tokenizer_.vocabulary_size()));
   GenerationOutput output;
@@ -187,7 +188,10 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       break;
     }
     const TokenId token = sampler.sample(std::span<float>(logits_.data() + row * vocab, vocab),
-                                         context, prompt.size());
+                                         context, prompt.size(), constraint);
+    if (sampler.constraint_failed()) {
+      return Status(StatusCode::kInternal, "the output's grammar allows no token at this point");
+    }
     context.push_back(token);
     output.tokens.push_back(token);
     TACHYON_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(token));
@@ -197,6 +201,12 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
       output.finish_reason = update.finish_reason;
       break;
     }
+    if (constraint != nullptr && constraint->is_terminated()) {
+      emit(stop.flush());  // an end-of-generation token went through with ignore_eos
+      output.finish_reason = FinishReason::kStop;
+      break;
+    }
+    if (constraint != nullptr) constraint->prepare_mask();
     if (!sink_ && static_cast<int>(context.size()) - position_offset_ >= context_size()) {
       // No room to compute another token: the context is full.
       emit(stop.flush());

@@ -50,9 +50,12 @@ class Generator {
 
   // Generates after `prompt` until a stop condition, max_tokens, a full context, or `cancel`
   // becomes true. `on_text` receives each piece of final text as soon as it is known.
+  // With a `constraint` (a grammar: JSON schema, regex...) every token is one it allows; a
+  // grammar that allows nothing at some point is an error.
   Result<GenerationOutput> generate(std::span<const TokenId> prompt, const SamplingParams& params,
                                     const std::function<void(std::string_view)>& on_text,
-                                    const std::atomic<bool>* cancel = nullptr);
+                                    const std::atomic<bool>* cancel = nullptr,
+                                    TokenConstraint* constraint = nullptr);
 
   // Speculative decoding for the next generate() calls (off by default). The tokens are the
   // same either way: each draft is checked by sampling its position exactly as a plain step

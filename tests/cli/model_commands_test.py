@@ -119,6 +119,47 @@ def main() -> int:
               stop.returncode == 0 and "8" not in stop.stdout and "7" in stop.stdout,
               repr(stop.stdout))
 
+        # generate with a constrained output (as the server's response_format).
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                                   "age": {"type": "integer", "minimum": 0}},
+                  "required": ["name", "age"], "additionalProperties": False}
+        result = run(t, "generate", "--chat", "-p", "A person as JSON.", "-n", "60",
+                     "--temperature", "0", "--json-schema", json.dumps(schema))
+        try:
+            person = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            person = None
+        check("generate --json-schema: JSON with the schema's fields",
+              isinstance(person, dict) and set(person) == {"name", "age"} and
+              isinstance(person["age"], int) and person["age"] >= 0, repr(result.stdout))
+        schema_file = work / "schema.json"
+        schema_file.write_text(json.dumps(schema))
+        from_file = run(t, "generate", "--chat", "-p", "A person as JSON.", "-n", "60",
+                        "--temperature", "0", "--json-schema", "@" + str(schema_file))
+        check("generate --json-schema @FILE: the same", from_file.stdout == result.stdout,
+              repr(from_file.stdout))
+        result = run(t, "generate", "-p", "The year is", "-n", "10", "--temperature", "0",
+                     "--regex", " [0-9]{4}\\.")
+        check("generate --regex: the whole output matches",
+              len(result.stdout.strip()) == 5 and result.stdout.strip()[:4].isdigit(),
+              repr(result.stdout))
+        grammar = work / "answer.ebnf"
+        grammar.write_text('root ::= ("yes" | "no") "."\n')
+        result = run(t, "generate", "--chat", "-p", "Is water wet?", "-n", "10",
+                     "--grammar", "@" + str(grammar), "--json")
+        check("generate --grammar @FILE: in the language",
+              json.loads(result.stdout)["text"] in ("yes.", "no."), result.stdout)
+        expect_error(t, "a regex that does not parse", ["generate", "-p", "a", "--regex", "("],
+                     "tachyon: error: the regex could not be compiled: Regex parsing error at "
+                     "position 2: The parenthesis is not closed.")
+        expect_error(t, "a schema keyword the grammar would skip",
+                     ["generate", "-p", "a", "--json-schema", '{"type": "array", "uniqueItems": true}'],
+                     "tachyon: error: keyword 'uniqueItems' at the schema's root is not supported")
+        expect_error(t, "two constraints at once",
+                     ["generate", "-p", "a", "--regex", "a", "--json-object"],
+                     "tachyon: error: --json-schema, --regex, --grammar and --json-object exclude "
+                     "each other")
+
         # chat: turns, /reset, history, and Ctrl-C stopping a reply but not the program.
         chat = run(t, "chat", "--temperature", "0", "-n", "12", "-t", "1",
                    stdin="Say hello.\n/reset\nName a color.\n/exit\n")
