@@ -323,8 +323,15 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
     }
   }
   if (!error && constraint) {
+    const auto compile_start = std::chrono::steady_clock::now();
     error = co_await compile_constraint(*model, *constraint, constraint_param, grammar);
-    if (!error) engine_request.constraint = model->constraints->start(grammar);
+    if (!error) {
+      context_.metrics().observe_grammar_wait(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
+      engine_request.constraint = model->constraints->start(grammar);
+    } else {
+      context_.metrics().count_grammar_refused();
+    }
   }
   std::optional<gateway::Admission> admission;
   if (!error && tenant) error = admit(*tenant, parsed, engine_request, admission, connection);

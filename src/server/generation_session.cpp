@@ -482,6 +482,7 @@ void GenerationSession::observe(Choice& choice, const EngineOutput& output) {
 
 void GenerationSession::finish_metrics(const EngineOutput& counts, FinishReason finish_reason) {
   settle(&counts, "ok", finish_reason);
+  for (const Choice& choice : choices_) context_.metrics().count_tool_calls(choice.call_ids.size());
   context_.metrics().observe_e2e_latency(
       std::chrono::duration<double>(Clock::now() - submit_time_).count());
   context_.metrics().count_request_end(finish_reason == FinishReason::kLength ? RequestEnd::kLength

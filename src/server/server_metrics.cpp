@@ -164,7 +164,9 @@ ServerMetrics::ServerMetrics()
     // 1 ms … ~65 s for time to first token and whole requests; 1 ms … ~8 s between tokens.
     : time_to_first_token_(Histogram::exponential_bounds(0.001, 2.0, 17)),
       inter_token_latency_(Histogram::exponential_bounds(0.001, 2.0, 14)),
-      e2e_latency_(Histogram::exponential_bounds(0.01, 2.0, 17)) {}
+      e2e_latency_(Histogram::exponential_bounds(0.01, 2.0, 17)),
+      // 0.1 ms … ~3 s: cache hits, typical compilations, the time limit's range.
+      grammar_wait_(Histogram::exponential_bounds(0.0001, 2.0, 16)) {}
 
 void ServerMetrics::count_request_end(RequestEnd end) {
   request_ends_[static_cast<size_t>(end)].fetch_add(1, std::memory_order_relaxed);
@@ -278,6 +280,16 @@ std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view 
   append_prometheus_histogram(out, "tachyon:e2e_request_latency_seconds",
                               "Seconds from submit to the end of a request.", labels,
                               e2e_latency_.snapshot());
+  append_prometheus_histogram(out, "tachyon:grammar_wait_seconds",
+                              "Seconds a request waited for its response_format or tool grammar "
+                              "(compilation or cache).",
+                              labels, grammar_wait_.snapshot());
+  append_single(out, "tachyon:grammars_refused_total", "counter",
+                "Grammars refused: malformed or unsupported schema, regex or grammar, or over "
+                "the compile time limit.",
+                labels, grammars_refused_.load(std::memory_order_relaxed));
+  append_single(out, "tachyon:tool_calls_total", "counter", "Tool calls in answers.", labels,
+                tool_calls_.load(std::memory_order_relaxed));
   return out;
 }
 

@@ -42,6 +42,13 @@ class ServerMetrics {
   void count_connection_opened() { connections_opened_.fetch_add(1, std::memory_order_relaxed); }
   void count_connection_closed() { connections_closed_.fetch_add(1, std::memory_order_relaxed); }
   void count_connection_refused() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
+  // Structured output and tools: seconds a request waited for its grammar (cache hits too),
+  // grammars refused (bad input or over the time limit), tool calls answered.
+  void observe_grammar_wait(double seconds) { grammar_wait_.observe(seconds); }
+  void count_grammar_refused() { grammars_refused_.fetch_add(1, std::memory_order_relaxed); }
+  void count_tool_calls(uint64_t calls) {
+    tool_calls_.fetch_add(calls, std::memory_order_relaxed);
+  }
 
   // Prometheus text exposition format 0.0.4. `engine` is null while the model loads.
   std::string render(const EngineMetrics* engine, std::string_view model_name) const;
@@ -50,6 +57,9 @@ class ServerMetrics {
   Histogram time_to_first_token_;
   Histogram inter_token_latency_;
   Histogram e2e_latency_;
+  Histogram grammar_wait_;
+  std::atomic<uint64_t> grammars_refused_{0};
+  std::atomic<uint64_t> tool_calls_{0};
   std::array<std::atomic<uint64_t>, 4> request_ends_{};
   std::atomic<uint64_t> http_requests_{0};
   std::atomic<uint64_t> http_refusals_{0};

@@ -25,7 +25,7 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
 from schema_suite import MALFORMED, UNSUPPORTED, suite  # noqa: E402
-from server_fixture import TachyonServer  # noqa: E402
+from server_fixture import TachyonServer, metrics  # noqa: E402
 
 MAX_TOKENS = 320
 
@@ -179,6 +179,14 @@ def check_refusals(server: TachyonServer) -> None:
     # Every refusal left the server serving.
     answer = ask(client, model, "A color.", schema_format("c", suite()[4][1]))
     check("the server still answers after the refusals", answer.choices[0].finish_reason == "stop")
+    counters = metrics(server.url)
+    refused = len(UNSUPPORTED) + len(MALFORMED) + 4
+    check("/metrics: every refused grammar counted",
+          counters.get("tachyon:grammars_refused_total", 0) >= refused, counters.get(
+              "tachyon:grammars_refused_total"))
+    check("/metrics: grammar waits observed",
+          counters.get("tachyon:grammar_wait_seconds_count", 0) >= len(suite()),
+          counters.get("tachyon:grammar_wait_seconds_count"))
 
 
 def check_compile_limit(server: TachyonServer) -> None:

@@ -22,7 +22,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, section  # noqa: E402
-from server_fixture import TachyonServer  # noqa: E402
+from server_fixture import TachyonServer, metrics  # noqa: E402
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 30},
@@ -204,6 +204,8 @@ def check_bad_input(server: TachyonServer) -> None:
                extra_body={"functions": [{"name": "f"}]})
     answer = client.chat.completions.create(model=model, messages=ASK, max_tokens=4)
     check("the server still answers after the refusals", len(answer.choices) == 1)
+    calls = metrics(server.url).get("tachyon:tool_calls_total", 0)
+    check("/metrics: tool calls counted", calls >= 10, calls)
 
 
 def main() -> int:
