@@ -117,8 +117,7 @@ void ToolCallParser::emit_arguments(std::string_view text, std::vector<ToolCallE
   out.push_back({ToolCallEvent::Kind::kArguments, num_calls_, std::string(text), "", ""});
 }
 
-void ToolCallParser::end_call(std::vector<ToolCallEvent>& out) {
-  (void)out;
+void ToolCallParser::end_call() {
   in_call_ = false;
   after_call_ = true;
   ++num_calls_;
@@ -286,7 +285,7 @@ bool ToolCallParser::step_raw_args(std::vector<ToolCallEvent>& out) {
       else if ((c == '}' || c == ']') && --raw_depth_ == 0) {
         emit_arguments(std::string_view(buffer_).substr(0, i + 1), out);
         buffer_.erase(0, i + 1);
-        end_call(out);
+        end_call();
         state_ = State::kText;
         return true;
       }
@@ -305,7 +304,7 @@ bool ToolCallParser::step_raw_args(std::vector<ToolCallEvent>& out) {
   }
   emit_arguments(std::string_view(buffer_).substr(0, found), out);
   buffer_.erase(0, found + markers.args_end.size());
-  end_call(out);
+  end_call();
   state_ = State::kSection;
   return true;
 }
@@ -417,7 +416,7 @@ bool ToolCallParser::step_json_call(std::vector<ToolCallEvent>& out) {
     return true;
   }
   if (!args_seen_) emit_arguments("{}", out);
-  end_call(out);
+  end_call();
   state_ = State::kAfterJson;
   return true;
 }

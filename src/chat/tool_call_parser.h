@@ -62,7 +62,7 @@ class ToolCallParser {
   void emit_text(std::string_view text, std::vector<ToolCallEvent>& out);
   void start_call(std::string name, std::string id, std::vector<ToolCallEvent>& out);
   void emit_arguments(std::string_view text, std::vector<ToolCallEvent>& out);
-  void end_call(std::vector<ToolCallEvent>& out);
+  void end_call();
   void begin_json_call();
   // Drops leading whitespace from the buffer.
   void skip_space();

@@ -352,10 +352,8 @@ bool GenerationSession::take_text(Choice& choice, int index, const std::string& 
       case ToolCallEvent::Kind::kArguments:
         if (sse == nullptr) {
           if (!choice.answer.tool_calls.empty()) {
-            boost::json::object& function =
-                choice.answer.tool_calls.back().as_object()["function"].as_object();
-            std::string arguments(function["arguments"].as_string());
-            function["arguments"] = arguments + event.text;
+            choice.answer.tool_calls.back().at("function").at("arguments").as_string().append(
+                event.text);
           }
         } else {
           *sse += ResponseBuilder::sse_event(
@@ -367,7 +365,7 @@ bool GenerationSession::take_text(Choice& choice, int index, const std::string& 
   if (sse != nullptr && !logprobs_sent) {
     *sse += ResponseBuilder::sse_event(builder_.text_chunk("", true, *logprobs, index));
   }
-  return choice.tool_parser->num_calls() > 0 || !choice.call_ids.empty();
+  return !choice.call_ids.empty();  // every call started, finished or not
 }
 
 asio::awaitable<bool> GenerationSession::write_chunk(std::string data) {
