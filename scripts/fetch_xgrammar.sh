@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Fetches XGrammar's source once into .deps/xgrammar (the constrained-decoding layer builds its
 # C++ core from it; no Python bindings). The PyPI source distribution carries cpp/, include/
-# and 3rdparty/; it is pinned by version and checked by sha256.
+# and 3rdparty/; it is pinned by version and checked by sha256. Our fixes to it are the patches
+# in scripts/patches/xgrammar-*.patch (each says what it fixes), applied in name order; the
+# source is fetched again when they change.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version="0.2.9"
 want_sha256="87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90"
 url="https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-$version.tar.gz"
 target="$root/.deps/xgrammar"
+patches=("$root"/scripts/patches/xgrammar-*.patch)
+stamp="$version $(cat "${patches[@]}" | sha256sum | cut -d' ' -f1)"
 
-if [ "$(cat "$target/.version" 2>/dev/null)" = "$version" ]; then
+if [ "$(cat "$target/.version" 2>/dev/null)" = "$stamp" ]; then
   exit 0
 fi
 
@@ -25,7 +29,10 @@ if [ "$got_sha256" != "$want_sha256" ]; then
   exit 1
 fi
 tar -xzf "$work/xgrammar.tar.gz" -C "$work"
-echo "$version" > "$work/xgrammar-$version/.version"
+for patch_file in "${patches[@]}"; do
+  patch --quiet --forward -p1 -d "$work/xgrammar-$version" < "$patch_file"
+done
+echo "$stamp" > "$work/xgrammar-$version/.version"
 rm -rf "$target"
 mv "$work/xgrammar-$version" "$target"
 echo "fetch_xgrammar: installed $target"

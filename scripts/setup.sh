@@ -10,7 +10,7 @@ apt_packages=(
   libboost1.81-dev libboost-json1.81-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libutf8proc-dev libssl-dev libsqlite3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  unzip curl apache2-utils wrk
+  unzip curl patch apache2-utils wrk
 )
 
 missing=()

@@ -752,10 +752,13 @@ def _add_experts_metadata(writer: gguf.GGUFWriter, config: TinyConfig) -> None:
         writer.add_expert_group_used_count(moe["topk_group"])
 
 
-def write_model(name: str, dtype: str, path: str | Path) -> Path:
+def write_model(name: str, dtype: str, path: str | Path, *, config: TinyConfig | None = None,
+                control_tokens: tuple[str, ...] = (), chat_template: str | None = None) -> Path:
     """Writes tiny model `name` ("f32", "f16", or "q8_0": every matrix quantized by the gguf
-    package, for the --quantize test) as a GGUF file at `path`."""
-    config = get_config(name)
+    package, for the --quantize test) as a GGUF file at `path`. `config` replaces the named one;
+    `control_tokens` are appended to the vocabulary (counted in config.vocab_size) and
+    `chat_template` is stored as tokenizer.chat_template."""
+    config = config or get_config(name)
     if dtype not in config.dtypes + ("q8_0",):
         raise ValueError(f"dtype '{dtype}', expected one of {config.dtypes + ('q8_0',)}")
     path = Path(path)
@@ -798,7 +801,9 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     if config.moe is not None:
         _add_experts_metadata(writer, config)
 
-    tokens, merges, types = tokenizer_vocabulary(config.vocab_size)
+    tokens, merges, types = tokenizer_vocabulary(config.vocab_size - len(control_tokens))
+    tokens = tokens + list(control_tokens)
+    types = types + [int(gguf.TokenType.CONTROL)] * len(control_tokens)
     writer.add_tokenizer_model("gpt2")
     # "gpt-2" is llama.cpp's name for this pre-tokenizer (it refuses "gpt2"); the dense files
     # keep the name they were made with, and so their sha256.
@@ -810,6 +815,8 @@ def write_model(name: str, dtype: str, path: str | Path) -> Path:
     writer.add_bos_token_id(tokens.index(BOS_TEXT))
     writer.add_eos_token_id(tokens.index(EOS_TEXT))
     writer.add_add_bos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     for tensor_name, array in gguf_tensors(config, dtype).items():
         quantized = dtype == "q8_0" and array.dtype == np.uint8

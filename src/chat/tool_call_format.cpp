@@ -38,6 +38,28 @@ ToolCallFormat detect_tool_call_format(std::string_view source) {
   return ToolCallFormat::kGeneric;
 }
 
+std::vector<std::string_view> tool_call_markers(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kGeneric:
+    case ToolCallFormat::kHermes:
+      return {"<tool_call>", "</tool_call>"};
+    case ToolCallFormat::kLlama3Json:
+      return {"<|python_tag|>"};
+    case ToolCallFormat::kMistral:
+      return {"[TOOL_CALLS]"};
+    case ToolCallFormat::kMistralArgs:
+      return {"[TOOL_CALLS]", "[ARGS]"};
+    case ToolCallFormat::kDeepSeekV3:
+    case ToolCallFormat::kDeepSeekV31:
+      return {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+              "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"};
+    case ToolCallFormat::kKimiK2:
+      return {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+              "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"};
+  }
+  return {};
+}
+
 std::string generic_tool_instructions(const boost::json::array& tools, bool required) {
   std::string text =
       "You can call functions (tools) to help answer. To call one, write exactly\n"

@@ -17,6 +17,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -38,6 +39,10 @@ const char* tool_call_format_name(ToolCallFormat format);
 // The format a chat template's model writes; kGeneric when the template does not render tools
 // in a format we know.
 ToolCallFormat detect_tool_call_format(std::string_view template_source);
+
+// The format's fixed markers that a model family's vocabulary may hold as single special
+// tokens ([TOOL_CALLS], <|tool_call_begin|>, ...), in the order they appear in a call.
+std::vector<std::string_view> tool_call_markers(ToolCallFormat format);
 
 // kGeneric's system message text for these tools (an array of OpenAI tool objects).
 std::string generic_tool_instructions(const boost::json::array& tools, bool required);

@@ -19,6 +19,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "server/http_server.h"
+#include "server/tool_calling.h"
 
 namespace tachyon::cli {
 namespace {
@@ -87,7 +88,8 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   served->context_overflow = *server::parse_context_overflow(options.context_overflow);
   Result<std::unique_ptr<ConstraintCompiler>> constraints = ConstraintCompiler::create(
       *loaded.session.tokenizer, Generator::end_of_generation_tokens(vocabulary),
-      loaded.session.model->config().vocab_size);
+      loaded.session.model->config().vocab_size,
+      server::tool_marker_tokens(served->tool_format, vocabulary));
   if (constraints.ok()) {
     loaded.constraints = std::move(*constraints);
     served->constraints = loaded.constraints.get();

@@ -314,7 +314,7 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   const char* constraint_param = "response_format";
   if (!error && parsed.tools) {
     Result<std::optional<ConstraintSpec>> tool_grammar =
-        tool_call_constraint(model->tool_format, *parsed.tools);
+        tool_call_constraint(model->tool_format, *parsed.tools, &model->tokenizer->vocabulary());
     if (!tool_grammar.ok()) {
       error = ApiError::from_status(tool_grammar.status(), "tool_choice");
     } else {

@@ -1,5 +1,7 @@
 #include "server/generation_session.h"
 
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -336,7 +338,10 @@ bool GenerationSession::take_text(Choice& choice, int index, const std::string& 
         }
         break;
       case ToolCallEvent::Kind::kCallStart: {
-        std::string id = event.id.empty() ? "call_" + random_hex(24) : event.id;
+        // The model's own id (Kimi-K2 numbers its calls) unless it repeats an earlier one.
+        const bool repeated = std::find(choice.call_ids.begin(), choice.call_ids.end(),
+                                        event.id) != choice.call_ids.end();
+        std::string id = event.id.empty() || repeated ? "call_" + random_hex(24) : event.id;
         choice.call_ids.push_back(id);
         if (sse == nullptr) {
           choice.answer.tool_calls.push_back(boost::json::object{

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "core/status.h"
 #include "server/openai_request.h"
 #include "chat/tool_call_format.h"
+#include "tokenizer/vocabulary.h"
 
 namespace tachyon::server {
 
@@ -23,11 +25,19 @@ namespace tachyon::server {
 void prepare_tool_conversation(ToolCallFormat format, const ToolRequest* tools,
                                boost::json::array& messages, boost::json::value& template_tools);
 
-// The grammar enforcing tool_choice, nullopt when nothing is enforced (auto on formats whose
-// markers are special tokens: the output is parsed as it comes). kUnsupported for required or
-// named choices on such formats.
+// The grammar enforcing tool_choice and the calls' arguments: required / named choices make
+// the answer the calls (one call for a named function or parallel_tool_calls false), auto lets
+// text come first and constrains the calls once their first marker is written. Markers that
+// `vocabulary` (may be null) holds as control tokens are matched as those tokens (the constraint
+// compiler must have been given tool_marker_tokens()). nullopt when nothing is enforced (auto on
+// Llama 3 without <|python_tag|> as a token: a bare JSON call cannot be told from text).
 Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format,
-                                                           const ToolRequest& tools);
+                                                           const ToolRequest& tools,
+                                                           const Vocabulary* vocabulary);
+
+// The format's markers that `vocabulary` holds as control tokens: the tokens structural tags
+// name by id (ConstraintCompiler::create's marker_tokens).
+std::vector<TokenId> tool_marker_tokens(ToolCallFormat format, const Vocabulary& vocabulary);
 
 // Whether the answer's special tokens must stay in the text for the parser (markers that are
 // special tokens: [TOOL_CALLS], <|python_tag|>, DeepSeek's and Kimi's).

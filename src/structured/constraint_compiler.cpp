@@ -1,5 +1,6 @@
 #include "structured/constraint_compiler.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <thread>
@@ -17,6 +18,9 @@
 namespace tachyon {
 
 namespace {
+
+// Starts the bytes of control tokens: never part of valid UTF-8, so never matched as text.
+const std::string kNeverTextByte = "\xFF";
 
 // JSON is generated compactly on one line with a space after ',' and ':' (as json.dumps
 // writes it): free whitespace lets small models pad forever, and this is the layout models
@@ -37,6 +41,30 @@ std::string library_message(std::string_view text) {
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
   return std::string(text);
+}
+
+// Structural tags' json_schema regions allow free whitespace; each becomes the same grammar a
+// json_schema response_format compiles to (one line, ", " and ": "), so a small model cannot pad
+// the arguments of a call forever and JSON looks the same everywhere.
+void compact_json_regions(boost::json::value& format) {
+  if (boost::json::array* array = format.if_array()) {
+    for (boost::json::value& element : *array) compact_json_regions(element);
+    return;
+  }
+  boost::json::object* object = format.if_object();
+  if (object == nullptr) return;
+  const boost::json::value* type = object->if_contains("type");
+  const boost::json::value* style = object->if_contains("style");
+  const boost::json::value* schema = object->if_contains("json_schema");
+  if (type != nullptr && *type == "json_schema" && schema != nullptr &&
+      (style == nullptr || *style == "json")) {
+    const xgrammar::Grammar grammar = xgrammar::Grammar::FromJSONSchema(
+        boost::json::serialize(*schema), kAnyWhitespace, std::nullopt, kSeparators,
+        /*strict_mode=*/true);
+    format = boost::json::object{{"type", "grammar"}, {"grammar", grammar.ToString()}};
+    return;
+  }
+  for (auto& [key, value] : *object) compact_json_regions(value);
 }
 
 }  // namespace
@@ -68,8 +96,13 @@ struct ConstraintCompiler::Impl {
           return wrap(compiler.CompileRegex(spec.source));
         case ConstraintSpec::Kind::kGrammar:
           return wrap(compiler.CompileGrammar(spec.source, "root"));
-        case ConstraintSpec::Kind::kStructuralTag:
-          return wrap(compiler.CompileStructuralTag(spec.source));
+        case ConstraintSpec::Kind::kStructuralTag: {
+          boost::system::error_code error;
+          boost::json::value tag = boost::json::parse(spec.source, error);
+          if (error) return invalid_argument(fmt::format("the structural tag is not JSON: {}", error.message()));
+          compact_json_regions(tag);
+          return wrap(compiler.CompileStructuralTag(boost::json::serialize(tag)));
+        }
       }
     } catch (const std::exception& e) {
       return invalid_argument(
@@ -115,23 +148,28 @@ struct ConstraintCompiler::Impl {
 };
 
 Result<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::create(
-    const Tokenizer& tokenizer, std::span<const TokenId> end_of_generation,
-    int32_t logits_size) {
+    const Tokenizer& tokenizer, std::span<const TokenId> end_of_generation, int32_t logits_size,
+    std::span<const TokenId> marker_tokens) {
   const Vocabulary& vocabulary = tokenizer.vocabulary();
   if (logits_size < vocabulary.size()) {
     return invalid_argument(fmt::format("the model's {} logits do not cover the {}-token vocabulary",
                                         logits_size, vocabulary.size()));
   }
-  // Each token as the bytes it adds to the output; tokens that are never text (control,
-  // unknown, unused) are empty, which XGrammar takes as special: never allowed in the text.
+  // Each token as the bytes it adds to the output. Tokens that are never text (control,
+  // unknown, unused) are empty, which XGrammar takes as special: never allowed. The marker
+  // tokens get 0xFF and their text instead: no text rule but free text (structural tags'
+  // any_text) accepts a byte that is never in UTF-8, and XGrammar does not refuse them
+  // outright, so structural tags can name them by id.
   std::vector<std::string> bytes(static_cast<size_t>(vocabulary.size()));
   auto special = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(logits_size), 1);
   for (TokenId id = 0; id < vocabulary.size(); ++id) {
     const TokenType type = vocabulary.types[static_cast<size_t>(id)];
-    if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused) {
-      continue;
+    if (std::find(marker_tokens.begin(), marker_tokens.end(), id) != marker_tokens.end()) {
+      bytes[static_cast<size_t>(id)] = kNeverTextByte + vocabulary.tokens[static_cast<size_t>(id)];
+    } else if (type != TokenType::kControl && type != TokenType::kUnknown &&
+               type != TokenType::kUnused) {
+      bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
     }
-    bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
     (*special)[static_cast<size_t>(id)] = bytes[static_cast<size_t>(id)].empty();
   }
   std::vector<TokenId> stops(end_of_generation.begin(), end_of_generation.end());

@@ -37,9 +37,12 @@ class ConstraintCompiler {
  public:
   // `end_of_generation`: the tokens that end an answer (the grammar allows them once it is
   // complete). `logits_size`: the model's output width (>= the vocabulary; ids past the
-  // vocabulary are never allowed).
+  // vocabulary are never allowed). `marker_tokens`: control tokens that structural tags name by
+  // id (tool-call markers, see server/tool_calling.h); other control tokens are never allowed
+  // but as ends.
   static Result<std::unique_ptr<ConstraintCompiler>> create(
-      const Tokenizer& tokenizer, std::span<const TokenId> end_of_generation, int32_t logits_size);
+      const Tokenizer& tokenizer, std::span<const TokenId> end_of_generation, int32_t logits_size,
+      std::span<const TokenId> marker_tokens = {});
   ~ConstraintCompiler();
 
   // A compilation running on a thread of its own.

@@ -67,6 +67,11 @@ const std::vector<ConstraintSpec>& specs() {
       {Kind::kJsonObject, ""},
       {Kind::kRegex, R"((\+[0-9]{1,3} )?[0-9]{3}-[0-9]{4}|[a-z]+@[a-z]+\.(com|org))"},
       {Kind::kGrammar, "root ::= item (\", \" item)* \".\"\nitem ::= [a-z]+ | \"\\\"\" [^\"\\n]* \"\\\"\""},
+      // Free text with tagged regions (tool calls): control tokens stay out of the free text.
+      {Kind::kStructuralTag,
+       R"({"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<f="],)"
+       R"("tags":[{"type":"tag","begin":"<f=a>","content":{"type":"json_schema","json_schema":)"
+       R"({"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"end":"</f>"}]}})"},
   };
   return all;
 }
