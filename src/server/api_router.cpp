@@ -14,6 +14,7 @@
 #include "server/generation_session.h"
 #include "server/tool_calling.h"
 #include "server/openai_response.h"
+#include "structured/json_schema_check.h"
 #include "tokenizer/streaming_detokenizer.h"
 
 namespace tachyon::server {
@@ -312,9 +313,16 @@ asio::awaitable<bool> ApiRouter::complete(Connection& connection, const HttpRequ
   std::shared_ptr<const CompiledConstraint> grammar;
   std::optional<ConstraintSpec> constraint = parsed.constraint;
   const char* constraint_param = "response_format";
+  if (!error && parsed.tools && constraint && constraint->kind == ConstraintSpec::Kind::kJsonSchema) {
+    // Checked here for its param; the tools grammar embeds it.
+    if (Status status = check_json_schema(json::parse(constraint->source)); !status.ok()) {
+      error = ApiError::from_status(status, "response_format");
+    }
+  }
   if (!error && parsed.tools) {
     Result<std::optional<ConstraintSpec>> tool_grammar =
-        tool_call_constraint(model->tool_format, *parsed.tools, &model->tokenizer->vocabulary());
+        tool_call_constraint(model->tool_format, *parsed.tools, &model->tokenizer->vocabulary(),
+                             constraint ? &*constraint : nullptr);
     if (!tool_grammar.ok()) {
       error = ApiError::from_status(tool_grammar.status(), "tool_choice");
     } else {

@@ -631,11 +631,6 @@ std::optional<ApiError> parse_openai_request(Endpoint endpoint, const json::valu
   if (auto error = parse_sampling(fields, endpoint, out.sampling)) return error;
   if (auto error = parse_response_format(fields, out.constraint)) return error;
   if (auto error = parse_tools(fields, endpoint, out.tools)) return error;
-  if (out.tools && out.constraint) {
-    return ApiError::invalid_request(
-        "response_format together with tools is not supported yet: send one of them",
-        "response_format", "unsupported_value");
-  }
   if (std::optional<int64_t> n = fields.integer("n", 1, OpenAiRequest::kMaxChoices)) {
     out.n = static_cast<int>(*n);
   }

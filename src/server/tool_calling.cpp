@@ -230,6 +230,23 @@ std::optional<CallSection> call_section(ToolCallFormat format, const ToolGrammar
   }
 }
 
+// The answer response_format asks for, as a structural-tag element.
+json::value response_element(const ConstraintSpec& response) {
+  switch (response.kind) {
+    case ConstraintSpec::Kind::kJsonObject:
+      return json::object{{"type", "json_schema"}, {"json_schema", json::object{{"type", "object"}}}};
+    case ConstraintSpec::Kind::kJsonSchema:
+      return json::object{{"type", "json_schema"}, {"json_schema", json::parse(response.source)}};
+    case ConstraintSpec::Kind::kRegex:
+      return json::object{{"type", "regex"}, {"pattern", response.source}};
+    case ConstraintSpec::Kind::kGrammar:
+      return json::object{{"type", "grammar"}, {"grammar", response.source}};
+    case ConstraintSpec::Kind::kStructuralTag:
+      return json::parse(response.source).at("format");
+  }
+  return nullptr;
+}
+
 ConstraintSpec structural_tag(json::value format) {
   json::object root{{"type", "structural_tag"}, {"format", std::move(format)}};
   return ConstraintSpec{ConstraintSpec::Kind::kStructuralTag, json::serialize(root)};
@@ -239,7 +256,8 @@ ConstraintSpec structural_tag(json::value format) {
 
 Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format,
                                                            const ToolRequest& tools,
-                                                           const Vocabulary* vocabulary) {
+                                                           const Vocabulary* vocabulary,
+                                                           const ConstraintSpec* response) {
   // A named function is called once, as OpenAI does.
   const bool named = tools.choice == ToolRequest::Choice::kNamed;
   const bool forced = tools.choice == ToolRequest::Choice::kRequired || named;
@@ -262,19 +280,23 @@ Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format
           {"content", arguments_element(*tool)},
           {"end", "}\n</tool_call>"}});
     }
-    // auto: text, calls and text again; required / named: calls only, then the end.
-    json::object tag =
-        forced ? json::object{{"type", "tags_with_separator"},
-                              {"tags", std::move(tags)},
-                              {"separator", "\n"},
-                              {"at_least_one", true},
-                              {"stop_after_first", !many}}
-               : json::object{{"type", "triggered_tags"},
-                              {"triggers", json::array{"<tool_call>"}},
-                              {"tags", std::move(tags)},
-                              {"at_least_one", false},
-                              {"stop_after_first", !tools.parallel}};
-    return std::optional<ConstraintSpec>(structural_tag(std::move(tag)));
+    // auto: text, calls and text again; required / named: calls only, then the end; auto with
+    // a response_format: the calls or that answer.
+    if (forced || response != nullptr) {
+      json::value calls = json::object{{"type", "tags_with_separator"},
+                                       {"tags", std::move(tags)},
+                                       {"separator", "\n"},
+                                       {"at_least_one", true},
+                                       {"stop_after_first", !many}};
+      if (!forced) calls = ToolGrammarBuilder::one_of({std::move(calls), response_element(*response)});
+      return std::optional<ConstraintSpec>(structural_tag(std::move(calls)));
+    }
+    return std::optional<ConstraintSpec>(structural_tag(json::object{
+        {"type", "triggered_tags"},
+        {"triggers", json::array{"<tool_call>"}},
+        {"tags", std::move(tags)},
+        {"at_least_one", false},
+        {"stop_after_first", !tools.parallel}}));
   }
   const ToolGrammarBuilder builder(format, vocabulary);
   if (format == ToolCallFormat::kLlama3Json) {
@@ -293,6 +315,11 @@ Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format
       return std::optional<ConstraintSpec>(
           ConstraintSpec{ConstraintSpec::Kind::kJsonSchema, json::serialize(schema)});
     }
+    if (response != nullptr) {
+      return std::optional<ConstraintSpec>(structural_tag(ToolGrammarBuilder::one_of(
+          {json::object{{"type", "json_schema"}, {"json_schema", schema}},
+           response_element(*response)})));
+    }
     // auto: a call after <|python_tag|> is constrained; a bare JSON answer cannot be told from
     // text before it is written, so it is only parsed.
     std::optional<TokenId> tag = builder.marker_token("<|python_tag|>");
@@ -308,10 +335,13 @@ Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format
     return unsupported(fmt::format("tool calls are not enforced for the {} format",
                                    tool_call_format_name(format)));
   }
-  // required / named: the answer is the calls; auto: text until the calls begin, then calls.
-  if (forced) {
-    return std::optional<ConstraintSpec>(structural_tag(
-        ToolGrammarBuilder::sequence({builder.marker(section->begin), std::move(section->rest)})));
+  // required / named: the answer is the calls; auto: text until the calls begin, then calls;
+  // auto with a response_format: the calls or that answer.
+  if (forced || response != nullptr) {
+    json::value calls =
+        ToolGrammarBuilder::sequence({builder.marker(section->begin), std::move(section->rest)});
+    if (!forced) calls = ToolGrammarBuilder::one_of({std::move(calls), response_element(*response)});
+    return std::optional<ConstraintSpec>(structural_tag(std::move(calls)));
   }
   if (std::optional<TokenId> begin = builder.marker_token(section->begin)) {
     // Other markers are never written in the text before the calls.

@@ -29,11 +29,14 @@ void prepare_tool_conversation(ToolCallFormat format, const ToolRequest* tools,
 // the answer the calls (one call for a named function or parallel_tool_calls false), auto lets
 // text come first and constrains the calls once their first marker is written. Markers that
 // `vocabulary` (may be null) holds as control tokens are matched as those tokens (the constraint
-// compiler must have been given tool_marker_tokens()). nullopt when nothing is enforced (auto on
-// Llama 3 without <|python_tag|> as a token: a bare JSON call cannot be told from text).
+// compiler must have been given tool_marker_tokens()). `response` (may be null): the
+// request's response_format; with auto the answer is then the calls or that (a JSON schema in it
+// must have passed check_json_schema). nullopt when nothing is enforced (auto on Llama 3 without
+// <|python_tag|> as a token: a bare JSON call cannot be told from text).
 Result<std::optional<ConstraintSpec>> tool_call_constraint(ToolCallFormat format,
                                                            const ToolRequest& tools,
-                                                           const Vocabulary* vocabulary);
+                                                           const Vocabulary* vocabulary,
+                                                           const ConstraintSpec* response = nullptr);
 
 // The format's markers that `vocabulary` holds as control tokens: the tokens structural tags
 // name by id (ConstraintCompiler::create's marker_tokens).

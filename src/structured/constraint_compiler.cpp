@@ -45,26 +45,29 @@ std::string library_message(std::string_view text) {
 
 // Structural tags' json_schema regions allow free whitespace; each becomes the same grammar a
 // json_schema response_format compiles to (one line, ", " and ": "), so a small model cannot pad
-// the arguments of a call forever and JSON looks the same everywhere.
-void compact_json_regions(boost::json::value& format) {
+// the arguments of a call forever and JSON looks the same everywhere. Each schema is checked as
+// a response_format's is.
+Status compact_json_regions(boost::json::value& format) {
   if (boost::json::array* array = format.if_array()) {
-    for (boost::json::value& element : *array) compact_json_regions(element);
-    return;
+    for (boost::json::value& element : *array) TACHYON_RETURN_IF_ERROR(compact_json_regions(element));
+    return Status();
   }
   boost::json::object* object = format.if_object();
-  if (object == nullptr) return;
+  if (object == nullptr) return Status();
   const boost::json::value* type = object->if_contains("type");
   const boost::json::value* style = object->if_contains("style");
   const boost::json::value* schema = object->if_contains("json_schema");
   if (type != nullptr && *type == "json_schema" && schema != nullptr &&
       (style == nullptr || *style == "json")) {
+    TACHYON_RETURN_IF_ERROR(check_json_schema(*schema));
     const xgrammar::Grammar grammar = xgrammar::Grammar::FromJSONSchema(
         boost::json::serialize(*schema), kAnyWhitespace, std::nullopt, kSeparators,
         /*strict_mode=*/true);
     format = boost::json::object{{"type", "grammar"}, {"grammar", grammar.ToString()}};
-    return;
+    return Status();
   }
-  for (auto& [key, value] : *object) compact_json_regions(value);
+  for (auto& [key, value] : *object) TACHYON_RETURN_IF_ERROR(compact_json_regions(value));
+  return Status();
 }
 
 }  // namespace
@@ -100,7 +103,7 @@ struct ConstraintCompiler::Impl {
           boost::system::error_code error;
           boost::json::value tag = boost::json::parse(spec.source, error);
           if (error) return invalid_argument(fmt::format("the structural tag is not JSON: {}", error.message()));
-          compact_json_regions(tag);
+          TACHYON_RETURN_IF_ERROR(compact_json_regions(tag));
           return wrap(compiler.CompileStructuralTag(boost::json::serialize(tag)));
         }
       }

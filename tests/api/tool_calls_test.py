@@ -179,6 +179,36 @@ def check_choices(server: TachyonServer) -> None:
            for c in answer.choices if c.message.tool_calls])
 
 
+def check_response_format_with_tools(server: TachyonServer) -> None:
+    """auto with a response_format: the answer is calls, or JSON valid against the schema."""
+    client, model = client_for(server)
+    reply = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40}},
+             "required": ["answer"], "additionalProperties": False}
+    response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": reply}}
+    for question in (ASK, [{"role": "user", "content": "Say hello in one word."}]):
+        answer = client.chat.completions.create(model=model, messages=question, tools=TOOLS,
+                                                response_format=response_format, temperature=0,
+                                                parallel_tool_calls=False, max_tokens=120)
+        message = answer.choices[0].message
+        if message.tool_calls:
+            check("tools + response_format: calls that validate",
+                  all(not valid_call(c.function.name, c.function.arguments)
+                      for c in message.tool_calls), message)
+        else:
+            try:
+                value = json.loads(message.content)
+                errors = [e.message for e in jsonschema.Draft202012Validator(reply).iter_errors(value)]
+            except (TypeError, json.JSONDecodeError) as error:
+                errors = [str(error)]
+            check("tools + response_format: JSON valid against the schema", not errors,
+                  (message.content, errors))
+    required = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                              tool_choice="required", temperature=0,
+                                              response_format=response_format, max_tokens=120)
+    check("tools required + response_format: calls", bool(required.choices[0].message.tool_calls),
+          required.choices[0].message)
+
+
 def expect_400(client, model, param: str, what: str, **kwargs) -> None:
     try:
         client.chat.completions.create(model=model, messages=ASK, max_tokens=4, **kwargs)
@@ -216,6 +246,7 @@ def main() -> int:
         section("required and named", check_required_and_named, server)
         section("parallel calls and the loop", check_parallel_and_loop, server)
         section("n choices", check_choices, server)
+        section("response_format with tools", check_response_format_with_tools, server)
         section("bad input", check_bad_input, server)
     return exit_status()
 

@@ -326,8 +326,10 @@ TEST(OpenAiRequestTest, ToolsAreParsedAndChecked) {
                "tool_choice");
   expect_param(chat_error(tool + R"(,"tool_choice":"sometimes")"), "tool_choice");
   expect_param(chat_error(tool + R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls");
-  expect_param(chat_error(tool + R"(,"response_format":{"type":"json_object"})"),
-               "response_format");
+  // Both: the answer is the calls or that format (server/tool_calling.h).
+  const OpenAiRequest both = parse_chat_ok(tool + R"(,"response_format":{"type":"json_object"})");
+  EXPECT_TRUE(both.tools.has_value());
+  EXPECT_TRUE(both.constraint.has_value());
   expect_param(completion_error(R"("prompt":"x",)" + tool), "tools");
   expect_param(chat_error(R"("functions":[{"name":"f"}])"), "functions");
   expect_param(chat_error(R"("function_call":{"name":"f"})"), "function_call");

@@ -386,6 +386,42 @@ TEST_F(ToolCallingTest, AutoConstrainsCallsAfterText) {
   }
 }
 
+TEST_F(ToolCallingTest, AutoWithResponseFormatIsCallsOrThatAnswer) {
+  const ConstraintSpec response{ConstraintSpec::Kind::kJsonSchema,
+                                R"({"type":"object","properties":{"answer":{"enum":["yes","no"]}},)"
+                                R"("required":["answer"],"additionalProperties":false})"};
+  for (ToolCallFormat format : {ToolCallFormat::kGeneric, ToolCallFormat::kKimiK2,
+                                ToolCallFormat::kMistral, ToolCallFormat::kLlama3Json}) {
+    SCOPED_TRACE(tool_call_format_name(format));
+    std::unique_ptr<ConstraintCompiler> compiler = compiler_for(format);
+    Result<std::optional<ConstraintSpec>> spec = tool_call_constraint(
+        format, tool_request(ToolRequest::Choice::kAuto), &tokenizer_->vocabulary(), &response);
+    ASSERT_TRUE(spec.ok() && spec->has_value()) << spec.status().message();
+    Result<std::shared_ptr<const CompiledConstraint>> grammar =
+        compiler->compile(**spec, std::chrono::seconds(30));
+    ASSERT_TRUE(grammar.ok()) << grammar.status().message();
+    // The response_format's answer is accepted to its end; plain text is not.
+    std::unique_ptr<TokenConstraint> constraint = compiler->start(*grammar);
+    for (TokenId id : tokenizer_->encode(R"({"answer": "no"})")) ASSERT_TRUE(constraint->accept(id));
+    EXPECT_TRUE(constraint->accept(kEos));
+    constraint = compiler->start(*grammar);
+    EXPECT_FALSE(constraint->accept(tokenizer_->encode("Hello")[0]));
+    // A call is accepted too.
+    const std::string call =
+        format == ToolCallFormat::kGeneric ? "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": 1}}\n</tool_call>"
+        : format == ToolCallFormat::kKimiK2
+            ? "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
+              "<|tool_call_argument_begin|>{\"zone\": 1}<|tool_call_end|><|tool_calls_section_end|>"
+        : format == ToolCallFormat::kMistral
+            ? R"([TOOL_CALLS] [{"name": "get_time", "arguments": {"zone": 1}}])"
+            : R"({"name": "get_time", "parameters": {"zone": 1}})";
+    constraint = compiler->start(*grammar);
+    for (TokenId id : tokenizer_->encode(call)) ASSERT_TRUE(constraint->accept(id)) << call;
+    EXPECT_TRUE(constraint->accept(kEos));
+    EXPECT_EQ(parse(format, call).calls.size(), 1u);
+  }
+}
+
 TEST_F(ToolCallingTest, MarkersAreNotTextInOtherGrammars) {
   // A JSON answer on the same compiler: marker tokens never allowed inside it.
   std::unique_ptr<ConstraintCompiler> compiler = compiler_for(ToolCallFormat::kKimiK2);
