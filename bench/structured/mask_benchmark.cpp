@@ -1,6 +1,7 @@
 // Constrained-decoding cost on one model's vocabulary: for each JSON schema of a suite, the
 // compile time, then the time of each token mask (ConstraintCompiler's GrammarConstraint::mask
-// on a logits row, one thread) along a random walk of allowed tokens. Prints one JSON object.
+// on a logits row, one thread) along a random walk of allowed tokens, and of the bitmask alone
+// (XGrammar's matcher, before the logits are set). Prints one JSON object.
 //
 //   build/bench/mask_benchmark MODEL.gguf SCHEMAS.json [STEPS]
 //
@@ -18,6 +19,8 @@
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <xgrammar/matcher.h>
 
 #include "structured/constraint_compiler.h"
 #include "model_files/gguf_file.h"
@@ -68,12 +71,15 @@ int main(int argc, char** argv) {
   text << in.rdbuf();
   const boost::json::array schemas = boost::json::parse(text.str()).as_array();
 
-  std::vector<double> compile_ms, mask_us, accept_us;
+  std::vector<double> compile_ms, mask_us, bitmask_us, accept_us;
   int supported = 0;
+  std::vector<std::pair<double, int>> slowest;  // (a schema's slowest bitmask µs, its index)
+  int schema_index = -1;
   std::vector<std::string> refused;
   std::mt19937_64 rng(1);
   std::vector<float> logits(static_cast<size_t>(vocab));
   for (const boost::json::value& schema : schemas) {
+    ++schema_index;
     const ConstraintSpec spec{ConstraintSpec::Kind::kJsonSchema, boost::json::serialize(schema)};
     const auto start = Clock::now();
     Result<std::shared_ptr<const CompiledConstraint>> grammar =
@@ -86,7 +92,23 @@ int main(int argc, char** argv) {
     ++supported;
     compile_ms.push_back(ms);
     std::unique_ptr<TokenConstraint> constraint = (*compiler)->start(*grammar);
+    // The same walk on a bare matcher, for the bitmask alone (without setting the logits).
+    xgrammar::GrammarMatcher matcher((*grammar)->grammar);
+    std::vector<int32_t> bitmask(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab)));
+    int64_t bitmask_shape[1] = {static_cast<int64_t>(bitmask.size())};
+    DLTensor bitmask_tensor{};
+    bitmask_tensor.data = bitmask.data();
+    bitmask_tensor.device = DLDevice{kDLCPU, 0};
+    bitmask_tensor.ndim = 1;
+    bitmask_tensor.dtype = xgrammar::GetBitmaskDLType();
+    bitmask_tensor.shape = bitmask_shape;
+    slowest.emplace_back(0.0, schema_index);
     for (int step = 0; step < steps; ++step) {
+      const auto bitmask_start = Clock::now();
+      matcher.FillNextTokenBitmask(&bitmask_tensor);
+      bitmask_us.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - bitmask_start).count());
+      slowest.back().first = std::max(slowest.back().first, bitmask_us.back());
       std::fill(logits.begin(), logits.end(), 0.0f);
       const auto mask_start = Clock::now();
       constraint->mask(logits);
@@ -103,6 +125,7 @@ int main(int argc, char** argv) {
       const TokenId token = allowed[rng() % allowed.size()];
       const auto accept_start = Clock::now();
       constraint->accept(token);
+      matcher.AcceptToken(token);
       accept_us.push_back(
           std::chrono::duration<double, std::micro>(Clock::now() - accept_start).count());
     }
@@ -119,9 +142,19 @@ int main(int argc, char** argv) {
                                       {"mean", mean(mask_us)},
                                       {"p50", percentile(mask_us, 0.5)},
                                       {"p99", percentile(mask_us, 0.99)}}},
+      {"bitmask_us", boost::json::object{{"mean", mean(bitmask_us)},
+                                         {"p50", percentile(bitmask_us, 0.5)},
+                                         {"p99", percentile(bitmask_us, 0.99)}}},
       {"accept_us", boost::json::object{{"mean", mean(accept_us)},
                                         {"p99", percentile(accept_us, 0.99)}}},
   };
+  std::sort(slowest.rbegin(), slowest.rend());
+  boost::json::array slow_schemas;
+  for (size_t i = 0; i < std::min<size_t>(5, slowest.size()); ++i) {
+    slow_schemas.push_back(boost::json::object{{"schema", slowest[i].second},
+                                               {"bitmask_us", slowest[i].first}});
+  }
+  out["slowest_bitmask"] = slow_schemas;
   boost::json::array reasons;
   for (const std::string& reason : refused) reasons.push_back(boost::json::string(reason));
   out["refused"] = reasons;
