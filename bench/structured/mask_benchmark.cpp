@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   std::vector<double> compile_ms, mask_us, bitmask_us, accept_us;
   int supported = 0;
   std::vector<std::pair<double, int>> slowest;  // (a schema's slowest bitmask µs, its index)
+  std::vector<std::pair<double, int>> slowest_compile;  // (compile ms, schema index)
   int schema_index = -1;
   std::vector<std::string> refused;
   std::mt19937_64 rng(1);
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     }
     ++supported;
     compile_ms.push_back(ms);
+    slowest_compile.emplace_back(ms, schema_index);
     std::unique_ptr<TokenConstraint> constraint = (*compiler)->start(*grammar);
     // The same walk on a bare matcher, for the bitmask alone (without setting the logits).
     xgrammar::GrammarMatcher matcher((*grammar)->grammar);
@@ -155,6 +157,13 @@ int main(int argc, char** argv) {
                                                {"bitmask_us", slowest[i].first}});
   }
   out["slowest_bitmask"] = slow_schemas;
+  std::sort(slowest_compile.rbegin(), slowest_compile.rend());
+  boost::json::array slow_compiles;
+  for (size_t i = 0; i < std::min<size_t>(5, slowest_compile.size()); ++i) {
+    slow_compiles.push_back(boost::json::object{{"schema", slowest_compile[i].second},
+                                                {"compile_ms", slowest_compile[i].first}});
+  }
+  out["slowest_compile"] = slow_compiles;
   boost::json::array reasons;
   for (const std::string& reason : refused) reasons.push_back(boost::json::string(reason));
   out["refused"] = reasons;
