@@ -130,8 +130,8 @@ void DecoderModel::rotate(float* heads, int num_heads, const float* cos_row,
   }
 }
 
-void DecoderModel::embed(std::span<const TokenIndex> tokens, float* out) const {
-  const kernels::WeightMatrix& table = weights_.token_embedding;
+void DecoderModel::embed(const kernels::WeightMatrix& table, std::span<const TokenIndex> tokens,
+                         float* out) const {
   for (size_t t = 0; t < tokens.size(); ++t) {
     const uint8_t* row = table.data + static_cast<size_t>(tokens[t]) * table.row_bytes();
     // Every matmul-capable type has a dequantizer, so this cannot fail for a loaded model.
@@ -192,13 +192,11 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   }, pool);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
-  project_logits(rows, logits, pool);
+  project_logits(rows, weights_.output_norm, weights_.output, logits, pool);
   return Status();
 }
 
-Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cache,
-                                   ThreadPool& pool, std::vector<float>& logits,
-                                   const AttentionObserver* observer) {
+Status DecoderModel::check_batch(const ForwardBatch& batch, const PagedKvCache& cache) const {
   const int num_tokens = batch.num_tokens();
   if (num_tokens == 0) return invalid_argument("forward needs at least one token");
   if (static_cast<int>(batch.positions.size()) != num_tokens ||
@@ -212,6 +210,14 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
                                           config_.vocab_size - 1));
     }
   }
+  return Status();
+}
+
+Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cache,
+                                   ThreadPool& pool, std::vector<float>& logits,
+                                   const AttentionObserver* observer,
+                                   std::vector<float>* final_hidden) {
+  TACHYON_RETURN_IF_ERROR(check_batch(batch, cache));
   workspace_.positions = batch.positions;
   const int64_t kv_size = config_.kv_size();
   // Sliding-window layers store in their own blocks (PagedKvCache::is_local).
@@ -230,7 +236,76 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
                     w.attention.data(), pool);
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool);
-  project_logits(batch.logits_tokens, logits, pool);
+  if (final_hidden != nullptr) {
+    const int hidden = config_.hidden_size;
+    final_hidden->resize(static_cast<size_t>(batch.num_tokens()) * hidden);
+    for_token_ranges(batch.num_tokens(), pool, [&](int first, int end) {
+      for (int t = first; t < end; ++t) {
+        normalize(workspace_.residual.data() + static_cast<int64_t>(t) * hidden,
+                  weights_.output_norm, hidden,
+                  final_hidden->data() + static_cast<int64_t>(t) * hidden);
+      }
+    });
+  }
+  project_logits(batch.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
+  return Status();
+}
+
+Result<std::unique_ptr<PagedKvCache>> DecoderModel::make_mtp_cache(int num_blocks, int block_size,
+                                                                   DType type) const {
+  if (config_.num_mtp_layers == 0) return invalid_argument("the model has no MTP layer");
+  return PagedKvCache::create(config_.num_mtp_layers, config_.num_kv_heads, config_.head_size,
+                              num_blocks, block_size, type, config_.kv_values_are_keys());
+}
+
+Status DecoderModel::forward_mtp_batch(int mtp, const ForwardBatch& batch,
+                                       const float* trunk_hidden, PagedKvCache& cache,
+                                       ThreadPool& pool, std::vector<float>& logits,
+                                       std::vector<float>* mtp_hidden) {
+  if (mtp < 0 || mtp >= static_cast<int>(weights_.mtp_layers.size())) {
+    return invalid_argument(fmt::format("MTP layer {} of {}", mtp, weights_.mtp_layers.size()));
+  }
+  TACHYON_RETURN_IF_ERROR(check_batch(batch, cache));
+  const MtpLayerWeights& weights = weights_.mtp_layers[static_cast<size_t>(mtp)];
+  const int num_tokens = batch.num_tokens();
+  const int64_t hidden = config_.hidden_size;
+  Workspace& w = workspace_;
+  w.positions = batch.positions;
+  prepare_workspace(num_tokens);
+  // The layer's input: eh_proj · [enorm(embedding), hnorm(trunk hidden)], into the residual.
+  w.mtp_input.resize(static_cast<size_t>(num_tokens) * 2 * hidden);
+  embed(weights.embedding, batch.tokens, w.normed.data());
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      float* row = w.mtp_input.data() + static_cast<int64_t>(t) * 2 * hidden;
+      normalize(w.normed.data() + t * hidden, weights.enorm, static_cast<int>(hidden), row);
+      normalize(trunk_hidden + t * hidden, weights.hnorm, static_cast<int>(hidden), row + hidden);
+    }
+  });
+  const kernels::MatmulProduct projection[] = {{&weights.eh_proj, w.residual.data()}};
+  multiply(projection, w.mtp_input.data(), num_tokens, pool);
+
+  const int64_t kv_size = config_.kv_size();
+  auto store = [&](int layer, int first, int end) {
+    cache.store(layer, std::span<const int64_t>(batch.slots).subspan(first, end - first),
+                w.key.data() + first * kv_size, w.value.data() + first * kv_size);
+  };
+  auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, batch.slots); };
+  auto attend = [&](int layer) {
+    paged_attention(attention_shape(), w.query.data(), batch, cache, layer, w.attention.data(),
+                    pool);
+  };
+  run_layer(weights.layer, mtp, num_tokens, /*add_projected=*/false, store, prefetch_store, attend,
+            pool);
+  add_residual(num_tokens, pool);
+  if (mtp_hidden != nullptr) {
+    mtp_hidden->resize(batch.logits_tokens.size() * static_cast<size_t>(hidden));
+    for (size_t i = 0; i < batch.logits_tokens.size(); ++i) {
+      std::copy_n(w.residual.data() + batch.logits_tokens[i] * hidden, hidden,
+                  mtp_hidden->data() + i * hidden);
+    }
+  }
+  project_logits(batch.logits_tokens, weights.head_norm, weights.head, logits, pool);
   return Status();
 }
 
@@ -261,6 +336,31 @@ AttentionShape DecoderModel::attention_shape(int layer) const {
 void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
                               PrefetchStore prefetch_store, Attend attend, ThreadPool& pool) {
   const int num_tokens = static_cast<int>(tokens.size());
+  prepare_workspace(num_tokens);
+  embed(weights_.token_embedding, tokens, workspace_.residual.data());
+  for (int i = 0; i < config_.num_layers; ++i) {
+    run_layer(weights_.layers[i], i, num_tokens, i > 0, store, prefetch_store, attend, pool);
+  }
+  add_residual(num_tokens, pool);  // the last feed-forward block's output
+}
+
+void DecoderModel::run_layer(const LayerWeights& layer, int layer_index, int num_tokens,
+                             bool add_projected, StoreTokens store, PrefetchStore prefetch_store,
+                             Attend attend, ThreadPool& pool) {
+  if (config_.mla.enabled()) {
+    latent_attention_block(layer, layer_index, num_tokens, add_projected, store, attend, pool);
+  } else {
+    attention_block(layer, layer_index, num_tokens, add_projected, store, prefetch_store, attend,
+                    pool);
+  }
+  if (layer.has_experts) {
+    expert_feed_forward_block(layer, num_tokens, pool);
+  } else {
+    feed_forward_block(layer, num_tokens, pool);
+  }
+}
+
+void DecoderModel::prepare_workspace(int num_tokens) {
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
   w.residual.resize(num_tokens * hidden);
@@ -296,22 +396,6 @@ void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens st
   if (config_.has_local_layers()) {
     local_rope_.compute_angles(w.positions, w.local_rope_cos, w.local_rope_sin);
   }
-
-  embed(tokens, w.residual.data());
-  for (int i = 0; i < config_.num_layers; ++i) {
-    const LayerWeights& layer = weights_.layers[i];
-    if (config_.mla.enabled()) {
-      latent_attention_block(layer, i, num_tokens, i > 0, store, attend, pool);
-    } else {
-      attention_block(layer, i, num_tokens, i > 0, store, prefetch_store, attend, pool);
-    }
-    if (layer.has_experts) {
-      expert_feed_forward_block(layer, num_tokens, pool);
-    } else {
-      feed_forward_block(layer, num_tokens, pool);
-    }
-  }
-  add_residual(num_tokens, pool);  // the last feed-forward block's output
 }
 
 void DecoderModel::add_and_normalize(const float* weight, bool add_projected,
@@ -353,23 +437,24 @@ void DecoderModel::multiply_normed(std::span<const kernels::MatmulProduct> produ
   kernels::matmul_many(products, workspace_.normed_input, pool, epilogue);
 }
 
-void DecoderModel::project_logits(std::span<const int> rows, std::vector<float>& logits,
-                                  ThreadPool& pool) {
+void DecoderModel::project_logits(std::span<const int> rows, const float* norm_weight,
+                                  const kernels::WeightMatrix& output_matrix,
+                                  std::vector<float>& logits, ThreadPool& pool) {
   // Final norm and the output projection, only for the tokens whose logits are wanted.
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
   const int count = static_cast<int>(rows.size());
   logits.resize(static_cast<size_t>(count) * config_.vocab_size);
   if (count == 0) return;
-  const kernels::MatmulProduct output[] = {{&weights_.output, logits.data()}};
+  const kernels::MatmulProduct output[] = {{&output_matrix, logits.data()}};
   kernels::MatmulInput* input = nullptr;
   if (numerics_ == Numerics::kNative) {
     input = &w.normed_input;
     input->prepare(kernels::active_kernel_level(), output, w.normed.data(), count);
   }
   for (int i = 0; i < count; ++i) {
-    normalize(w.residual.data() + rows[i] * hidden, weights_.output_norm,
-              static_cast<int>(hidden), w.normed.data() + i * hidden);
+    normalize(w.residual.data() + rows[i] * hidden, norm_weight, static_cast<int>(hidden),
+              w.normed.data() + i * hidden);
     if (input != nullptr) input->quantize_rows(i, i + 1);
   }
   multiply_normed(output, count, pool);

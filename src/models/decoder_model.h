@@ -83,8 +83,26 @@ class DecoderModel {
   // and returns the logits of batch.logits_tokens: f32 [logits_tokens.size(), vocab]. Token
   // ids are checked; the block tables and slots are the caller's responsibility.
   // `observer` as in forward(), with the whole batch's queries.
+  // `final_hidden`, when given, gets every token's last hidden state after the output norm
+  // (what an MTP layer reads): f32 [num_tokens, hidden].
   Status forward_batch(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
-                       std::vector<float>& logits, const AttentionObserver* observer = nullptr);
+                       std::vector<float>& logits, const AttentionObserver* observer = nullptr,
+                       std::vector<float>* final_hidden = nullptr);
+  // Multi-token prediction with MTP layer `mtp` (DeepSeek-V3's NextN, ModelConfig::
+  // num_mtp_layers): each batch token t at position p is the token that followed position p,
+  // and `trunk_hidden` (f32 [num_tokens, hidden]) the trunk's final hidden state at p (as
+  // forward_batch's final_hidden gives it; for a guess after a guess, the MTP layer's own
+  // `mtp_hidden` of the previous one). The layer's input is eh_proj · [enorm(embedding(t)),
+  // hnorm(trunk_hidden)], then one decoder layer whose keys and values go in `cache` (one layer);
+  // the logits of batch.logits_tokens (head_norm, then the head) guess the token after t.
+  // `mtp_hidden`, when given, gets those tokens' hidden states before head_norm: f32
+  // [logits_tokens, hidden].
+  Status forward_mtp_batch(int mtp, const ForwardBatch& batch, const float* trunk_hidden,
+                           PagedKvCache& cache, ThreadPool& pool, std::vector<float>& logits,
+                           std::vector<float>* mtp_hidden = nullptr);
+  // A paged cache for the MTP layers' keys and values (one layer per MTP layer).
+  Result<std::unique_ptr<PagedKvCache>> make_mtp_cache(int num_blocks, int block_size,
+                                                       DType type) const;
 
  private:
   DecoderModel(ModelConfig config, DecoderWeights weights);
@@ -125,9 +143,16 @@ class DecoderModel {
     std::vector<float> expert_token_weights;  // the weight of each expert_tokens entry
     AlignedVector<float> expert_input;   // f32 [tokens, hidden]: an expert's tokens' rows
     AlignedVector<float> expert_output;  // f32 [tokens, hidden]
+    // MTP (forward_mtp_batch).
+    AlignedVector<float> mtp_input;      // f32 [tokens, 2 * hidden]: [enorm(embedding), hnorm(h)]
   };
 
-  void embed(std::span<const TokenIndex> tokens, float* out) const;
+  // Rows of `table` (the token embedding or an MTP layer's copy) for `tokens`, scaled as the
+  // config says: f32 [tokens, hidden].
+  void embed(const kernels::WeightMatrix& table, std::span<const TokenIndex> tokens,
+             float* out) const;
+  // Checks a batch's shape against `cache` and its token ids.
+  Status check_batch(const ForwardBatch& batch, const PagedKvCache& cache) const;
   // Stores the keys and values of the batch's tokens [first, end) (workspace_.key, .value) in
   // `layer`'s cache; called for disjoint ranges from several threads at once.
   using StoreTokens = FunctionRef<void(int layer, int first, int end)>;
@@ -139,10 +164,18 @@ class DecoderModel {
   // Fills workspace_.attention from workspace_.query for `layer`, whose keys and values are
   // stored.
   using Attend = FunctionRef<void(int layer)>;
+  // Sizes the workspace for `num_tokens` and computes the RoPE angles of workspace_.positions.
+  void prepare_workspace(int num_tokens);
+  // One decoder layer on the residual stream (its attention, then its feed-forward block).
+  void run_layer(const LayerWeights& layer, int layer_index, int num_tokens, bool add_projected,
+                 StoreTokens store, PrefetchStore prefetch_store, Attend attend, ThreadPool& pool);
   // Embeds `tokens` (at workspace_.positions) and runs every layer.
   void run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
                   PrefetchStore prefetch_store, Attend attend, ThreadPool& pool);
-  void project_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
+  // logits = output · norm(residual row, norm_weight) for `rows`.
+  void project_logits(std::span<const int> rows, const float* norm_weight,
+                      const kernels::WeightMatrix& output, std::vector<float>& logits,
+                      ThreadPool& pool);
   // Each block starts by adding the previous block's output (workspace_.projected) into the
   // residual stream, fused with its input norm (except the first layer's attention block,
   // which has nothing to add), and ends with its output in workspace_.projected.
