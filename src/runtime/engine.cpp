@@ -136,6 +136,12 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
                                  static_cast<int>(num_blocks), options.block_size,
                                  options.kv_cache_type));
   }
+  std::unique_ptr<MtpRunner> mtp_runner;
+  if (options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kMtp) {
+    TACHYON_ASSIGN_OR_RETURN(mtp_runner,
+                             MtpRunner::create(model, pool, static_cast<int>(num_blocks),
+                                               options.block_size, options.kv_cache_type));
+  }
   std::unique_ptr<KvDiskTier> disk_tier;
   if (!options.kv_disk_directory.empty() && local.layers > 0) {
     return unsupported("the KV disk tier is not built for models with sliding-window layers "
@@ -163,7 +169,7 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   std::unique_ptr<Engine> engine(new Engine());
   engine->core_ = std::make_unique<EngineCore>(model, tokenizer, pool, options, std::move(cache),
                                                max_context, std::move(draft_runner),
-                                               std::move(disk_tier));
+                                               std::move(disk_tier), std::move(mtp_runner));
   engine->thread_ = std::thread([core = engine->core_.get()] { core->run(); });
   return engine;
 }

@@ -11,7 +11,7 @@ namespace tachyon {
 EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
                        EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
                        std::unique_ptr<DraftModelRunner> draft_runner,
-                       std::unique_ptr<KvDiskTier> disk_tier)
+                       std::unique_ptr<KvDiskTier> disk_tier, std::unique_ptr<MtpRunner> mtp_runner)
     : model_(model),
       tokenizer_(tokenizer),
       pool_(pool),
@@ -37,6 +37,7 @@ EngineCore::EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPo
           block_pool_, local_block_pool_.get()),
       runner_(model, *cache_, pool),
       draft_runner_(std::move(draft_runner)),
+      mtp_runner_(std::move(mtp_runner)),
       tokens_per_step_(Histogram::exponential_bounds(1, 2, 12)) {
   if (disk_tier) {
     disk_store_ = std::make_unique<DiskPrefixStore>(std::move(disk_tier), *cache_);
@@ -165,10 +166,11 @@ bool EngineCore::take_inbox() {
     // The first token's mask is built while the prompt runs.
     if (active->request.constraint) active->request.constraint->prepare_mask();
     if (options_.speculative.enabled() && active->request.speculate) {
-      // The draft model's cache cannot follow the sink policy's moves: prompt lookup instead.
-      if (draft_runner_ && !active->request.sink) {
+      // The draft model's and MTP layer's caches cannot follow the sink policy's moves:
+      // prompt lookup instead.
+      if ((draft_runner_ || mtp_runner_) && !active->request.sink) {
         active->model_drafts = true;
-        active->draft_source = DraftSource::kDraft;
+        active->draft_source = mtp_runner_ ? DraftSource::kMtp : DraftSource::kDraft;
       } else {
         active->proposer = std::make_unique<LookupProposer>(
             options_.speculative.max_draft_tokens, suffix_cache_.get(), active->partition);
@@ -225,6 +227,7 @@ void EngineCore::finish(RequestId id, EngineOutput output) {
   if (!output.status.ok()) output.text += active.stop.flush();
   output.finished = true;
   if (draft_runner_) draft_runner_->release(id);
+  if (mtp_runner_) mtp_runner_->release(id);
   const std::shared_ptr<RequestStream> stream = active.stream;
   scheduler_.remove(id);
   active_.erase(found);
@@ -356,6 +359,47 @@ void EngineCore::propose_with_draft_model(const std::vector<RequestId>& ids) {
   }
 }
 
+void EngineCore::advance_mtp(const std::vector<std::pair<size_t, RequestId>>& items,
+                             const std::vector<RequestId>& guessing) {
+  const bool verify_next = scheduler_.may_speculate();
+  const ForwardBatch& batch = runner_.batch();
+  const int64_t hidden = model_.config().hidden_size;
+  std::vector<MtpRunner::Job> jobs;
+  std::vector<double> acceptance;
+  int num_guessing = 0;
+  for (const auto& [index, id] : items) {
+    auto found = active_.find(id);
+    Request* request = scheduler_.find(id);
+    if (found == active_.end() || request == nullptr) continue;  // finished in this step
+    const BatchSequence& sequence = batch.sequences[index];
+    const bool guess = verify_next &&
+                       std::find(guessing.begin(), guessing.end(), id) != guessing.end();
+    jobs.push_back({id, request->tokens, batch.positions[static_cast<size_t>(sequence.first_token)],
+                    trunk_hidden_.data() + sequence.first_token * hidden, sequence.num_tokens,
+                    guess ? draft_room(*request, *found->second) : 0, &request->draft_tokens});
+    if (guess) {
+      ++num_guessing;
+      acceptance.push_back(found->second->acceptance.value());
+    }
+  }
+  if (jobs.empty()) return;
+  const int length =
+      num_guessing == 0 ? 0
+      : !options_.speculative.adaptive
+          ? options_.speculative.max_draft_tokens
+          : choose_draft_model_length(step_cost_, mtp_runner_->pass_seconds(num_guessing, step_cost_),
+                                      scheduler_.num_running(), acceptance,
+                                      options_.speculative.max_draft_tokens);
+  if (!mtp_runner_->advance(jobs, length).ok()) {
+    // Not expected (the layer's inputs are the engine's own); no guesses this step, and the
+    // layer's state for these sequences is rebuilt from where the trunk next computes them.
+    for (MtpRunner::Job& job : jobs) {
+      job.out->clear();
+      mtp_runner_->release(job.id);
+    }
+  }
+}
+
 void EngineCore::size_drafts() {
   if (!options_.speculative.enabled() || !options_.speculative.adaptive) return;
   std::vector<Request*> drafting;
@@ -402,7 +446,8 @@ void EngineCore::step() {
   };
   const DecoderModel::AttentionObserver observer = observe;
   const auto run_start = std::chrono::steady_clock::now();
-  Status status = runner_.execute(output, snapkv.empty() ? nullptr : &observer);
+  Status status = runner_.execute(output, snapkv.empty() ? nullptr : &observer,
+                                  mtp_runner_ ? &trunk_hidden_ : nullptr);
   step_cost_.observe(output.num_tokens, std::chrono::duration<double>(
                                             std::chrono::steady_clock::now() - run_start)
                                             .count());
@@ -414,6 +459,15 @@ void EngineCore::step() {
       finish(item.request->id, std::move(failed));
     }
     return;
+  }
+  // The requests whose hidden states the MTP layer takes in (ids now: a request that finishes
+  // in this step is gone after it).
+  std::vector<std::pair<size_t, RequestId>> mtp_items;
+  if (mtp_runner_) {
+    for (size_t i = 0; i < output.scheduled.size(); ++i) {
+      const RequestId id = output.scheduled[i].request->id;
+      if (active_.at(id)->model_drafts) mtp_items.emplace_back(i, id);
+    }
   }
   // Sample first: how many drafts each request keeps decides what the step computed.
   std::vector<Sampled> sampled;
@@ -449,7 +503,11 @@ void EngineCore::step() {
       propose(*scheduler_.find(result.id), active);
     }
   }
-  propose_with_draft_model(model_drafting);
+  if (mtp_runner_) {
+    advance_mtp(mtp_items, model_drafting);
+  } else {
+    propose_with_draft_model(model_drafting);
+  }
   publish_metrics(output.num_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
   metrics_.generation_tokens_total += num_generated;

@@ -34,6 +34,7 @@
 #include "runtime/draft_model_runner.h"
 #include "runtime/engine_request.h"
 #include "runtime/model_runner.h"
+#include "runtime/mtp_runner.h"
 #include "runtime/request_stream.h"
 #include "runtime/snap_kv.h"
 #include "sampling/sampler.h"
@@ -55,7 +56,8 @@ class EngineCore {
   EngineCore(DecoderModel& model, const Tokenizer& tokenizer, ThreadPool& pool,
              EngineOptions options, std::unique_ptr<PagedKvCache> cache, int max_context,
              std::unique_ptr<DraftModelRunner> draft_runner = nullptr,
-             std::unique_ptr<KvDiskTier> disk_tier = nullptr);
+             std::unique_ptr<KvDiskTier> disk_tier = nullptr,
+             std::unique_ptr<MtpRunner> mtp_runner = nullptr);
 
   // Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request, std::function<void()> notify);
@@ -87,8 +89,8 @@ class EngineCore {
     double queue_seconds = 0;  // set when first scheduled
     bool scheduled = false;
     int num_completion_tokens = 0;
-    // Speculative decoding, when on for this request: prompt lookup (proposer) or the draft
-    // model (model_drafts).
+    // Speculative decoding, when on for this request: prompt lookup (proposer), or the draft
+    // model or the MTP layer (model_drafts).
     std::unique_ptr<LookupProposer> proposer = nullptr;
     bool model_drafts = false;
     AcceptanceRate acceptance = AcceptanceRate();
@@ -120,6 +122,11 @@ class EngineCore {
   void propose(Request& request, Active& active);
   // The draft model guesses for these continuing requests, together.
   void propose_with_draft_model(const std::vector<RequestId>& ids);
+  // The MTP layer takes in the step's hidden states of `items` (scheduled requests that draft
+  // with it: their index in the step and id) and guesses for those of `guessing` (continuing
+  // requests that sampled).
+  void advance_mtp(const std::vector<std::pair<size_t, RequestId>>& items,
+                   const std::vector<RequestId>& guessing);
   // Before scheduling: cuts each decoding request's drafts to the length worth verifying in
   // this step (choose_draft_lengths over the measured step costs).
   void size_drafts();
@@ -160,6 +167,8 @@ class EngineCore {
   std::unique_ptr<SuffixCache> suffix_cache_;  // when options_.speculative.mode is kSuffix
   StepCostModel step_cost_;                    // seconds per step, by tokens computed
   std::unique_ptr<DraftModelRunner> draft_runner_;  // SpeculativeMode::kDraft
+  std::unique_ptr<MtpRunner> mtp_runner_;           // SpeculativeMode::kMtp
+  std::vector<float> trunk_hidden_;  // f32 [step tokens, hidden]: the step's final hidden states
   std::unique_ptr<DiskPrefixStore> disk_store_;     // --kv-disk
   std::vector<NamedBlock> named_blocks_;            // a step's newly full blocks (reused)
   uint64_t next_arrival_ = 0;

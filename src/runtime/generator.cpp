@@ -49,6 +49,11 @@ Status Generator::set_speculation(const SpeculativeOptions& options, DraftModelR
   if (options.enabled() && options.mode == SpeculativeMode::kDraft && draft == nullptr) {
     return invalid_argument("speculative mode 'draft' needs a draft model (--draft-model FILE)");
   }
+  if (options.enabled() && options.mode == SpeculativeMode::kMtp) {
+    return unsupported(
+        "speculative mode 'mtp' runs in the serving engine (tachyon serve, bench's batched rows); "
+        "generate and chat speculate with ngram, suffix or draft");
+  }
   speculation_ = options;
   draft_ = options.mode == SpeculativeMode::kDraft ? draft : nullptr;
   suffix_cache_.reset();

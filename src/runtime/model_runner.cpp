@@ -3,7 +3,8 @@
 namespace tachyon {
 
 Status ModelRunner::execute(const SchedulerOutput& output,
-                            const DecoderModel::AttentionObserver* observer) {
+                            const DecoderModel::AttentionObserver* observer,
+                            std::vector<float>* final_hidden) {
   ForwardBatch& batch = batch_;
   const int block_size = cache_.block_size();
   batch.block_size = block_size;
@@ -47,7 +48,7 @@ Status ModelRunner::execute(const SchedulerOutput& output,
       }
     }
   }
-  return model_.forward_batch(batch, cache_, pool_, logits_, observer);
+  return model_.forward_batch(batch, cache_, pool_, logits_, observer, final_hidden);
 }
 
 }  // namespace tachyon

@@ -22,8 +22,10 @@ class ModelRunner {
   // Runs the step. On success, logits rows come in `output.scheduled` order: for each request
   // with samples_next_token set, one row for its last known token, then one per draft token.
   // `observer` sees each layer's queries (DecoderModel::forward_batch), in batch() order.
+  // `final_hidden`, when given, gets every batch token's final hidden state (MTP's input).
   Status execute(const SchedulerOutput& output,
-                 const DecoderModel::AttentionObserver* observer = nullptr);
+                 const DecoderModel::AttentionObserver* observer = nullptr,
+                 std::vector<float>* final_hidden = nullptr);
   // The batch the last execute() ran.
   const ForwardBatch& batch() const { return batch_; }
   std::span<float> logits_for(int k) {

@@ -9,6 +9,7 @@ const char* draft_source_name(DraftSource source) {
     case DraftSource::kNgram: return "ngram";
     case DraftSource::kSuffix: return "suffix";
     case DraftSource::kDraft: return "draft";
+    case DraftSource::kMtp: return "mtp";
   }
   return "ngram";
 }
@@ -18,12 +19,9 @@ Result<SpeculativeMode> parse_speculative_mode(std::string_view name) {
   if (name == "ngram") return SpeculativeMode::kNgram;
   if (name == "suffix") return SpeculativeMode::kSuffix;
   if (name == "draft") return SpeculativeMode::kDraft;
-  if (name == "mtp") {
-    return unsupported(fmt::format(
-        "speculative mode '{}' is not available yet; use ngram, suffix, draft or off", name));
-  }
+  if (name == "mtp") return SpeculativeMode::kMtp;
   return invalid_argument(
-      fmt::format("unknown speculative mode '{}' (expected off, ngram, suffix or draft)", name));
+      fmt::format("unknown speculative mode '{}' (expected off, ngram, suffix, draft or mtp)", name));
 }
 
 const char* speculative_mode_name(SpeculativeMode mode) {
@@ -32,6 +30,7 @@ const char* speculative_mode_name(SpeculativeMode mode) {
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kSuffix: return "suffix";
     case SpeculativeMode::kDraft: return "draft";
+    case SpeculativeMode::kMtp: return "mtp";
   }
   return "off";
 }

@@ -15,11 +15,12 @@ enum class SpeculativeMode {
   kNgram,   // prompt lookup in the request's own prompt and output
   kSuffix,  // prompt lookup, then a shared cache of recent requests (per tenant)
   kDraft,   // a draft model's greedy guesses (the engine or Generator is given the model)
+  kMtp,     // the model's own multi-token prediction layer (DeepSeek-V3's NextN)
 };
 
 // Where an accepted or rejected draft came from (metrics are kept per source).
-enum class DraftSource { kNgram = 0, kSuffix = 1, kDraft = 2 };
-inline constexpr int kNumDraftSources = 3;
+enum class DraftSource { kNgram = 0, kSuffix = 1, kDraft = 2, kMtp = 3 };
+inline constexpr int kNumDraftSources = 4;
 const char* draft_source_name(DraftSource source);
 
 struct SpeculativeOptions {
@@ -39,7 +40,7 @@ struct SpeculativeOptions {
   bool enabled() const { return mode != SpeculativeMode::kOff && max_draft_tokens > 0; }
 };
 
-// "off", "ngram", "suffix", "draft"; "mtp" is named as not built yet.
+// "off", "ngram", "suffix", "draft", "mtp".
 Result<SpeculativeMode> parse_speculative_mode(std::string_view name);
 const char* speculative_mode_name(SpeculativeMode mode);
 

@@ -2,13 +2,17 @@
 // DeepSeek-V3, DeepSeek-V2, Qwen3-MoE, Gemma 3 and Mistral shapes from tools/tiny_models.py,
 // the windows of 5 to 12 positions shorter than most prompts): a request's tokens are the same
 // alone or in a mixed batch of 16, from a prefix-cache hit or cold, preempted and resumed or
-// not; every KV block comes back.
+// not; every KV block comes back. And speculation with DeepSeek-V3's MTP layer leaves every
+// output as it is without it (greedy and seeded sampling; alone, batched, preempted, after a
+// prefix-cache hit), while it really drafts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_runner.h"
 #include "engine_test_util.h"
 
 namespace tachyon {
@@ -130,6 +134,244 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
   }
   EXPECT_GT(engine->metrics().preemptions_total, 0u);
   expect_pool_back_to_full(*engine);
+}
+
+// Speculation with the model's MTP layer, always verifying 3 guesses (the adaptive sizing
+// would verify none on slow machines: the tiny model's layer is cheap but not free).
+std::unique_ptr<Engine> mtp_engine(LoadedModel& loaded, ThreadPool& pool, EngineOptions options,
+                                   bool mtp) {
+  if (mtp) {
+    options.speculative.mode = SpeculativeMode::kMtp;
+    options.speculative.max_draft_tokens = 3;
+    options.speculative.adaptive = false;
+  }
+  return make_engine(loaded, pool, options);
+}
+
+EngineRequest sampled_request(std::vector<TokenId> prompt, int max_tokens, uint64_t seed) {
+  EngineRequest request = greedy_request(std::move(prompt), max_tokens);
+  request.sampling.temperature = 0.8f;
+  request.sampling.top_p = 0.95f;
+  request.sampling.frequency_penalty = 0.3f;
+  request.sampling.seed = seed;
+  return request;
+}
+
+uint64_t mtp_drafts(const Engine& engine) {
+  return testing_util::settled_metrics(engine).draft_tokens_total[static_cast<int>(DraftSource::kMtp)];
+}
+
+TEST(MtpSpeculationTest, OutputsAreUnchangedAloneAndBatched) {
+  LoadedModel loaded = load("deepseek_v3_groups");
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 64 << 20;
+  options.max_batch_tokens = 64;
+  options.speculative.max_sequences = 16;  // speculate in the batch too
+  std::unique_ptr<Engine> off = mtp_engine(loaded, pool, options, false);
+  std::unique_ptr<Engine> on = mtp_engine(loaded, pool, options, true);
+  ASSERT_TRUE(off && on);
+  const std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.model, 16);
+  for (int i : {0, 5, 11}) {
+    EXPECT_EQ(run_alone(*on, greedy_request(prompts[i], 30)).tokens,
+              run_alone(*off, greedy_request(prompts[i], 30)).tokens) << "greedy " << i;
+    EXPECT_EQ(run_alone(*on, sampled_request(prompts[i], 30, 40 + i)).tokens,
+              run_alone(*off, sampled_request(prompts[i], 30, 40 + i)).tokens) << "seeded " << i;
+  }
+  EXPECT_GT(mtp_drafts(*on), 0u);
+  // (One engine at a time: the two share the model, whose workspace one pass uses.)
+  auto run_batch = [&](Engine& engine) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 16; ++i) {
+      streams.push_back(*engine.submit(i % 2 ? sampled_request(prompts[i], 12 + i, i)
+                                             : greedy_request(prompts[i], 12 + i)));
+    }
+    std::vector<EngineOutput> outputs;
+    for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+    return outputs;
+  };
+  const std::vector<EngineOutput> with = run_batch(*on);
+  const std::vector<EngineOutput> without = run_batch(*off);
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(with[i].status.ok()) << with[i].status.message();
+    EXPECT_EQ(with[i].tokens, without[i].tokens) << "batched " << i;
+  }
+  expect_pool_back_to_full(*on);
+}
+
+TEST(MtpSpeculationTest, PrefixHitAndPreemptionAreUnchanged) {
+  LoadedModel loaded = load("deepseek_v3_groups");
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  const ModelConfig& config = loaded.model->config();
+  // A prefix-cache hit: the MTP layer starts where the trunk first computes the request.
+  {
+    EngineOptions options;
+    options.kv_cache_bytes = 64 << 20;
+    std::unique_ptr<Engine> on = mtp_engine(loaded, pool, options, true);
+    std::unique_ptr<Engine> off = mtp_engine(loaded, pool, options, false);
+    const std::vector<TokenId> prompt = make_prompts(*loaded.model, 7)[6];  // 45 tokens
+    const EngineOutput expected = run_alone(*off, greedy_request(prompt, 25));
+    EXPECT_EQ(run_alone(*on, greedy_request(prompt, 25)).tokens, expected.tokens);
+    const EngineOutput warm = run_alone(*on, greedy_request(prompt, 25));
+    EXPECT_EQ(warm.cached_prompt_tokens, 32);
+    EXPECT_EQ(warm.tokens, expected.tokens);
+    EXPECT_GT(warm.draft_tokens, 0);
+  }
+  // Preempted and resumed: the layer's entries start over where the trunk recomputes.
+  EngineOptions options;
+  options.block_size = 16;
+  options.kv_cache_bytes =
+      static_cast<int64_t>(PagedKvCache::block_bytes(config.num_layers, config.kv_size(), 16,
+                                                     DType::kF16, config.kv_values_are_keys())) *
+      12;
+  options.max_batch_tokens = 64;
+  options.enable_prefix_cache = false;
+  options.speculative.max_sequences = 8;
+  std::unique_ptr<Engine> on = mtp_engine(loaded, pool, options, true);
+  std::unique_ptr<Engine> off = mtp_engine(loaded, pool, options, false);
+  ASSERT_TRUE(on && off);
+  std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.model, 12);
+  prompts.erase(prompts.begin(), prompts.begin() + 7);
+  auto run_all = [&](Engine& engine) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& prompt : prompts) streams.push_back(*engine.submit(greedy_request(prompt, 35)));
+    std::vector<EngineOutput> outputs;
+    for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+    return outputs;
+  };
+  const std::vector<EngineOutput> with = run_all(*on);
+  const std::vector<EngineOutput> without = run_all(*off);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(with[i].status.ok()) << with[i].status.message();
+    EXPECT_EQ(with[i].tokens, without[i].tokens) << "request " << i;
+  }
+  EXPECT_GT(testing_util::settled_metrics(*on).preemptions_total, 0u);
+  EXPECT_GT(mtp_drafts(*on), 0u);
+  expect_pool_back_to_full(*on);
+}
+
+// The runner's bookkeeping (entries computed step by step, rows of rejected drafts ignored, a
+// sequence met again after a gap started over) gives the same guesses as the MTP layer run from
+// scratch over the sequence's whole history.
+TEST(MtpSpeculationTest, RunnerGuessesEqualAFreshPass) {
+  LoadedModel loaded = load("deepseek_v3_groups");
+  ASSERT_TRUE(loaded.model);
+  DecoderModel& model = *loaded.model;
+  ThreadPool pool(2);
+  const ModelConfig& config = model.config();
+  const int64_t width = config.hidden_size;
+  constexpr int kBlock = 16;
+  // The trunk's final hidden states of a whole sequence, in one pass.
+  auto trunk_hidden = [&](const std::vector<TokenId>& tokens) {
+    Result<std::unique_ptr<PagedKvCache>> cache = PagedKvCache::create(
+        config.num_layers, config.num_kv_heads, config.head_size, 8, kBlock, DType::kF32,
+        config.kv_values_are_keys());
+    ForwardBatch batch;
+    batch.block_size = kBlock;
+    BatchSequence sequence;
+    sequence.num_tokens = static_cast<int>(tokens.size());
+    for (int b = 0; b < 8; ++b) sequence.block_table.push_back(b);
+    batch.sequences.push_back(sequence);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      batch.tokens.push_back(tokens[i]);
+      batch.positions.push_back(static_cast<int>(i));
+      batch.slots.push_back(static_cast<int64_t>(i));
+    }
+    batch.logits_tokens.push_back(static_cast<int>(tokens.size()) - 1);
+    std::vector<float> logits, hidden;
+    EXPECT_TRUE(model.forward_batch(batch, **cache, pool, logits, nullptr, &hidden).ok());
+    return hidden;
+  };
+  // The guesses of the MTP layer run from scratch over entries base..len-2, then chained.
+  auto fresh_guesses = [&](const std::vector<TokenId>& tokens, int base, int count) {
+    const std::vector<float> hidden = trunk_hidden(tokens);
+    Result<std::unique_ptr<PagedKvCache>> cache = model.make_mtp_cache(8, kBlock, DType::kF32);
+    std::vector<TokenId> guesses;
+    std::vector<float> input(hidden.begin() + base * width, hidden.end() - width);
+    std::vector<TokenId> entry_tokens(tokens.begin() + base + 1, tokens.end());
+    int first = base;
+    int start_slot = 0;
+    for (int g = 0; g < count; ++g) {
+      ForwardBatch batch;
+      batch.block_size = kBlock;
+      BatchSequence sequence;
+      sequence.num_tokens = static_cast<int>(entry_tokens.size());
+      sequence.start_position = start_slot;
+      for (int b = 0; b < 8; ++b) sequence.block_table.push_back(b);
+      batch.sequences.push_back(sequence);
+      for (size_t i = 0; i < entry_tokens.size(); ++i) {
+        batch.tokens.push_back(entry_tokens[i]);
+        batch.positions.push_back(first + static_cast<int>(i));
+        batch.slots.push_back(start_slot + static_cast<int64_t>(i));
+      }
+      batch.logits_tokens.push_back(static_cast<int>(entry_tokens.size()) - 1);
+      std::vector<float> logits, out_hidden;
+      EXPECT_TRUE(model.forward_mtp_batch(0, batch, input.data(), **cache, pool, logits,
+                                          &out_hidden).ok());
+      guesses.push_back(static_cast<TokenId>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      start_slot += static_cast<int>(entry_tokens.size());
+      first += static_cast<int>(entry_tokens.size());
+      entry_tokens = {guesses.back()};
+      input = out_hidden;
+    }
+    return guesses;
+  };
+  Result<std::unique_ptr<MtpRunner>> runner = MtpRunner::create(model, pool, 16, kBlock, DType::kF32);
+  ASSERT_TRUE(runner.ok()) << runner.status().message();
+  std::vector<TokenId> tokens = make_prompts(model, 4)[3];  // 24 tokens
+  const int prompt = static_cast<int>(tokens.size());
+  tokens.push_back(5);  // the prompt's sampled token
+  // Each step: (first position the trunk computed, rows it computed, accepted tokens after).
+  struct Step {
+    int first;
+    int rows;
+    std::vector<TokenId> appended;  // tokens known after the step (accepted drafts + sample)
+  };
+  const std::vector<Step> steps = {
+      {0, prompt, {}},            // the prompt
+      {prompt, 3, {9, 11}},       // a token and 2 drafts: the first accepted, then a sample
+      {prompt + 2, 4, {7}},       // 3 drafts all rejected: a sample
+      {prompt + 3, 1, {100}},     // a plain decode
+      {prompt + 10, 2, {}},       // a gap (as after a prefix the trunk skipped): starts over
+  };
+  std::vector<TokenId> out;
+  int compared = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const Step& step = steps[s];
+    tokens.insert(tokens.end(), step.appended.begin(), step.appended.end());
+    if (step.first + 1 > static_cast<int>(tokens.size())) tokens.resize(step.first + 2, 3);
+    // The trunk's rows: of the final tokens, padded with rows for rejected drafts.
+    std::vector<TokenId> computed = tokens;
+    computed.resize(std::max<size_t>(tokens.size(), step.first + step.rows), 42);
+    const std::vector<float> hidden = trunk_hidden(computed);
+    std::vector<MtpRunner::Job> jobs = {{1, tokens, step.first, hidden.data() + step.first * width,
+                                         step.rows, 2, &out}};
+    ASSERT_TRUE((*runner)->advance(jobs, 2).ok());
+    const int base = s == 4 ? step.first : 0;
+    const int count = std::min<int>(step.rows, static_cast<int>(tokens.size()) - 1 - step.first);
+    if (count <= 0 || step.first + count != static_cast<int>(tokens.size()) - 1) continue;
+    EXPECT_EQ(out, fresh_guesses(tokens, base, 2));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 5);
+}
+
+TEST(MtpSpeculationTest, ModelsWithoutMtpAreRefused) {
+  LoadedModel loaded = load("deepseek_v2_lite");
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 16 << 20;
+  options.speculative.mode = SpeculativeMode::kMtp;
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(*loaded.model, *loaded.tokenizer, pool, options, DraftModelRef());
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("multi-token prediction"), std::string::npos)
+      << engine.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ExpertModelEngineTest,
