@@ -146,7 +146,7 @@ void DecoderModel::embed(const kernels::WeightMatrix& table, std::span<const Tok
 Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_position,
                              KvCache& cache, ThreadPool& pool, int num_logits,
                              std::vector<float>& logits, int position_offset,
-                             const AttentionObserver* observer) {
+                             const AttentionObserver* observer, std::vector<float>* final_hidden) {
   const int num_tokens = static_cast<int>(tokens.size());
   if (num_tokens == 0) return invalid_argument("forward needs at least one token");
   if (num_logits < 0 || num_logits > num_tokens) {
@@ -190,10 +190,22 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     }
     if (observer != nullptr) (*observer)(layer, w.query.data(), num_tokens);
   }, pool);
+  if (final_hidden != nullptr) normalize_final(num_tokens, pool, *final_hidden);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
   project_logits(rows, weights_.output_norm, weights_.output, logits, pool);
   return Status();
+}
+
+void DecoderModel::normalize_final(int num_tokens, ThreadPool& pool, std::vector<float>& out) {
+  const int hidden = config_.hidden_size;
+  out.resize(static_cast<size_t>(num_tokens) * hidden);
+  for_token_ranges(num_tokens, pool, [&](int first, int end) {
+    for (int t = first; t < end; ++t) {
+      normalize(workspace_.residual.data() + static_cast<int64_t>(t) * hidden,
+                weights_.output_norm, hidden, out.data() + static_cast<int64_t>(t) * hidden);
+    }
+  });
 }
 
 Status DecoderModel::check_batch(const ForwardBatch& batch, const PagedKvCache& cache) const {
@@ -236,17 +248,7 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
                     w.attention.data(), pool);
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool);
-  if (final_hidden != nullptr) {
-    const int hidden = config_.hidden_size;
-    final_hidden->resize(static_cast<size_t>(batch.num_tokens()) * hidden);
-    for_token_ranges(batch.num_tokens(), pool, [&](int first, int end) {
-      for (int t = first; t < end; ++t) {
-        normalize(workspace_.residual.data() + static_cast<int64_t>(t) * hidden,
-                  weights_.output_norm, hidden,
-                  final_hidden->data() + static_cast<int64_t>(t) * hidden);
-      }
-    });
-  }
+  if (final_hidden != nullptr) normalize_final(batch.num_tokens(), pool, *final_hidden);
   project_logits(batch.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
   return Status();
 }

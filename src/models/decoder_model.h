@@ -63,9 +63,11 @@ class DecoderModel {
   // given, sees each layer's queries after attention: f32 [tokens, q_size], RoPE applied
   // (native numerics; SnapKV's scores).
   using AttentionObserver = FunctionRef<void(int layer, const float* queries, int num_tokens)>;
+  // `final_hidden` as in forward_batch().
   Status forward(std::span<const TokenIndex> tokens, int start_position, KvCache& cache,
                  ThreadPool& pool, int num_logits, std::vector<float>& logits,
-                 int position_offset = 0, const AttentionObserver* observer = nullptr);
+                 int position_offset = 0, const AttentionObserver* observer = nullptr,
+                 std::vector<float>* final_hidden = nullptr);
 
   // Query heads, KV heads, head size and softmax scale of the attention as the cache sees it
   // (MLA: one latent KV head); with `layer`, also its sliding window if it is a local layer.
@@ -151,6 +153,8 @@ class DecoderModel {
   // config says: f32 [tokens, hidden].
   void embed(const kernels::WeightMatrix& table, std::span<const TokenIndex> tokens,
              float* out) const;
+  // out = norm(residual, output_norm) for every token: f32 [num_tokens, hidden].
+  void normalize_final(int num_tokens, ThreadPool& pool, std::vector<float>& out);
   // Checks a batch's shape against `cache` and its token ids.
   Status check_batch(const ForwardBatch& batch, const PagedKvCache& cache) const;
   // Stores the keys and values of the batch's tokens [first, end) (workspace_.key, .value) in

@@ -49,10 +49,12 @@ Status Generator::set_speculation(const SpeculativeOptions& options, DraftModelR
   if (options.enabled() && options.mode == SpeculativeMode::kDraft && draft == nullptr) {
     return invalid_argument("speculative mode 'draft' needs a draft model (--draft-model FILE)");
   }
+  mtp_.reset();
   if (options.enabled() && options.mode == SpeculativeMode::kMtp) {
-    return unsupported(
-        "speculative mode 'mtp' runs in the serving engine (tachyon serve, bench's batched rows); "
-        "generate and chat speculate with ngram, suffix or draft");
+    constexpr int kBlock = 16;
+    TACHYON_ASSIGN_OR_RETURN(mtp_, MtpRunner::create(model_, pool_,
+                                                     (context_size() + 2 * kBlock) / kBlock + 1,
+                                                     kBlock, cache_.type()));
   }
   speculation_ = options;
   draft_ = options.mode == SpeculativeMode::kDraft ? draft : nullptr;
@@ -65,6 +67,9 @@ Status Generator::set_speculation(const SpeculativeOptions& options, DraftModelR
 
 Status Generator::extend(std::span<const TokenId> tokens, int num_logits, SnapKvScorer* scorer) {
   size_t start = cached_tokens_.size();
+  // The MTP layer's input (not with the sink policy or SnapKV: positions would not follow).
+  const bool take_hidden = mtp_ && !sink_ && position_offset_ == 0;
+  std::vector<float> chunk_hidden;
   while (start < tokens.size()) {
     const size_t count = std::min<size_t>(batch_size_, tokens.size() - start);
     const bool last = start + count == tokens.size();
@@ -75,10 +80,16 @@ Status Generator::extend(std::span<const TokenId> tokens, int num_logits, SnapKv
     const DecoderModel::AttentionObserver observer = observe;
     Status status = model_.forward(tokens.subspan(start, count), cache_position, cache_, pool_,
                                    last ? std::min<int>(num_logits, count) : 1, logits_,
-                                   position_offset_, scorer != nullptr ? &observer : nullptr);
+                                   position_offset_, scorer != nullptr ? &observer : nullptr,
+                                   take_hidden ? &chunk_hidden : nullptr);
     if (!status.ok()) {
       cached_tokens_.resize(start);
       return status;
+    }
+    if (take_hidden) {
+      // The MTP layer reads these when it next runs (rows of guesses it rejects are ignored).
+      if (mtp_hidden_.empty()) mtp_first_ = static_cast<int>(start);
+      mtp_hidden_.insert(mtp_hidden_.end(), chunk_hidden.begin(), chunk_hidden.end());
     }
     cached_tokens_.insert(cached_tokens_.end(), tokens.begin() + start,
                           tokens.begin() + start + count);
@@ -134,6 +145,11 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
                                              TokenConstraint* constraint) {
   TACHYON_RETURN_IF_ERROR(check_cache_policies());
   TACHYON_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(params, tokenizer_.vocabulary_size()));
+  if (mtp_) {
+    // Its entries were built from the last sequence's tokens: it starts over with this one.
+    mtp_->release(0);
+    mtp_hidden_.clear();
+  }
   GenerationOutput output;
   output.prompt_tokens = static_cast<int>(prompt.size());
   const auto prompt_start = std::chrono::steady_clock::now();
@@ -178,7 +194,7 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   // Speculation: drafts[i] is the guess for the token after logits_ row i; rows past the
   // first are valid only while the samples equal the guesses before them.
   std::unique_ptr<LookupProposer> proposer;
-  if (speculation_.enabled() && draft_ == nullptr && !sink_) {
+  if (speculation_.enabled() && draft_ == nullptr && !mtp_ && !sink_) {
     proposer = std::make_unique<LookupProposer>(speculation_.max_draft_tokens,
                                                 suffix_cache_.get(), /*partition=*/0);
   }
@@ -251,6 +267,21 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
         drafts.resize(choose_draft_lengths(step_cost_, 1, {acceptance.value()},
                                            {static_cast<int>(drafts.size())})[0]);
       }
+    } else if (mtp_ && (sink_ || position_offset_ != 0)) {
+      mtp_hidden_.clear();  // its positions would not follow the cache's
+    } else if (mtp_) {
+      const int length =
+          !speculation_.adaptive
+              ? speculation_.max_draft_tokens
+              : choose_draft_model_length(step_cost_, mtp_->pass_seconds(1, step_cost_), 1,
+                                          {acceptance.value()}, speculation_.max_draft_tokens);
+      const int64_t width = model_.config().hidden_size;
+      std::vector<MtpRunner::Job> jobs = {
+          {0, context, mtp_first_, mtp_hidden_.data(),
+           static_cast<int>(mtp_hidden_.size() / static_cast<size_t>(width)),
+           length > 0 ? room : 0, &drafts}};
+      if (!mtp_hidden_.empty()) TACHYON_RETURN_IF_ERROR(mtp_->advance(jobs, length));
+      mtp_hidden_.clear();
     } else if (draft_ != nullptr && room > 0 && !sink_) {
       const int length =
           !speculation_.adaptive

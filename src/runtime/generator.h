@@ -16,6 +16,7 @@
 #include "kv_cache/kv_cache.h"
 #include "models/decoder_model.h"
 #include "runtime/draft_model_runner.h"
+#include "runtime/mtp_runner.h"
 #include "runtime/snap_kv.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_condition.h"
@@ -110,6 +111,9 @@ class Generator {
   std::unique_ptr<SuffixCache> suffix_cache_;  // earlier sequences, with kSuffix
   StepCostModel step_cost_;  // seconds per forward pass, by tokens (how many drafts pay off)
   DraftModelRunner* draft_ = nullptr;  // kDraft
+  std::unique_ptr<MtpRunner> mtp_;      // kMtp: the model's MTP layer, and what it has not seen:
+  std::vector<float> mtp_hidden_;       // f32 [rows, hidden] final hidden states since it last ran
+  int mtp_first_ = 0;                   // of positions mtp_first_..
   bool sink_ = false;
   int snapkv_budget_ = 0;
   // After SnapKV: token i (past the compacted prompt) sits at cache position i - this; the

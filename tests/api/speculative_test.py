@@ -170,7 +170,7 @@ def http_post_json(url: str, body: dict) -> tuple[int, bytes]:
 
 def test_flag_errors(tachyon: str, tiny_models: str) -> None:
     for flags, expected in ((["--speculative", "draft"], "needs --draft-model"),
-                            (["--speculative", "mtp"], "runs in the serving engine"),
+                            (["--speculative", "mtp"], "multi-token prediction"),
                             (["--speculative", "bogus"], "unknown speculative mode"),
                             (["--speculative", "ngram", "--draft-model", "x.gguf"],
                              "--draft-model is for --speculative draft"),

@@ -12,6 +12,7 @@
 
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 #include "runtime/mtp_runner.h"
 #include "engine_test_util.h"
 
@@ -358,6 +359,50 @@ TEST(MtpSpeculationTest, RunnerGuessesEqualAFreshPass) {
     ++compared;
   }
   EXPECT_EQ(compared, 5);
+}
+
+// The single-sequence Generator (generate, chat, bench's copy rows) with the MTP layer: the
+// same tokens as without, greedy and seeded, a follow-up turn on the cached conversation too.
+TEST(MtpSpeculationTest, GeneratorOutputsAreUnchanged) {
+  LoadedModel loaded = load("deepseek_v3_groups");
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  Generator plain(*loaded.model, *loaded.tokenizer, pool, 128);
+  Generator speculative(*loaded.model, *loaded.tokenizer, pool, 128);
+  SpeculativeOptions options;
+  options.mode = SpeculativeMode::kMtp;
+  options.max_draft_tokens = 3;
+  options.adaptive = false;
+  ASSERT_TRUE(speculative.set_speculation(options, nullptr).ok());
+  int drafted = 0;
+  const std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.model, 8);
+  for (size_t i = 2; i < prompts.size(); ++i) {
+    SamplingParams params;
+    params.max_tokens = 30;
+    params.ignore_eos = true;
+    if (i % 2) {
+      params.temperature = 0.8f;
+      params.top_p = 0.95f;
+      params.seed = i;
+    } else {
+      params.temperature = 0;
+    }
+    Result<GenerationOutput> expected = plain.generate(prompts[i], params, [](std::string_view) {});
+    Result<GenerationOutput> actual = speculative.generate(prompts[i], params, [](std::string_view) {});
+    ASSERT_TRUE(expected.ok() && actual.ok()) << actual.status().message();
+    EXPECT_EQ(actual->tokens, expected->tokens) << "prompt " << i;
+    drafted += actual->draft_tokens;
+    std::vector<TokenId> follow_up = prompts[i];
+    follow_up.insert(follow_up.end(), actual->tokens.begin(), actual->tokens.end());
+    follow_up.push_back(prompts[i][0]);
+    params.max_tokens = 8;
+    Result<GenerationOutput> next_expected = plain.generate(follow_up, params, [](std::string_view) {});
+    Result<GenerationOutput> next = speculative.generate(follow_up, params, [](std::string_view) {});
+    ASSERT_TRUE(next_expected.ok() && next.ok());
+    EXPECT_EQ(next->tokens, next_expected->tokens) << "follow-up " << i;
+    EXPECT_GT(next->cached_prompt_tokens, 0);
+  }
+  EXPECT_GT(drafted, 0);
 }
 
 TEST(MtpSpeculationTest, ModelsWithoutMtpAreRefused) {
