@@ -1,10 +1,10 @@
 #include "structured/grammar_constraint.h"
 
 #include <algorithm>
-#include <array>
 #include <limits>
 
 #include "core/check.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace tachyon {
 
@@ -81,36 +81,8 @@ void GrammarConstraint::mask(std::span<float> logits) {
   if (!bitmask_current_) fill_bitmask();  // not built ahead
   bitmask_current_ = true;
   const size_t size = std::min(logits.size(), special_->size());
-  // Most words of a mask are all allowed or all refused; the others go a byte at a time, each
-  // byte's eight logits clamped by a row of +inf (allowed) / -inf (refused), which compilers
-  // vectorise.
-  static const std::array<std::array<float, 8>, 256> kByteLimits = [] {
-    std::array<std::array<float, 8>, 256> limits{};
-    for (size_t byte = 0; byte < 256; ++byte) {
-      for (size_t bit = 0; bit < 8; ++bit) {
-        limits[byte][bit] = (byte >> bit) & 1u ? std::numeric_limits<float>::infinity() : kNegInf;
-      }
-    }
-    return limits;
-  }();
-  const size_t full_words = size / 32;
-  float* row = logits.data();
-  for (size_t word = 0; word < full_words; ++word, row += 32) {
-    const uint32_t bits = static_cast<uint32_t>(bitmask_[word]);
-    if (bits == 0xFFFFFFFFu) continue;
-    if (bits == 0) {
-      std::fill(row, row + 32, kNegInf);
-      continue;
-    }
-    for (size_t byte = 0; byte < 4; ++byte) {
-      const std::array<float, 8>& limit = kByteLimits[(bits >> (8 * byte)) & 0xFFu];
-      float* values = row + 8 * byte;
-      for (size_t k = 0; k < 8; ++k) values[k] = std::min(values[k], limit[k]);
-    }
-  }
-  for (size_t id = full_words * 32; id < size; ++id) {
-    if (!((static_cast<uint32_t>(bitmask_[id / 32]) >> (id % 32)) & 1u)) logits[id] = kNegInf;
-  }
+  kernels::apply_token_mask(reinterpret_cast<const uint32_t*>(bitmask_.data()), logits.data(),
+                            static_cast<int64_t>(size));
   // Logits past the grammar's vocabulary (never expected: it spans the whole row).
   for (size_t id = size; id < logits.size(); ++id) logits[id] = kNegInf;
 }

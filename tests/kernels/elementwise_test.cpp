@@ -129,5 +129,28 @@ TEST(ElementwiseKernelTest, ArgmaxIsTheFirstLargestAndSkipsNan) {
   }
 }
 
+TEST(ElementwiseKernelTest, ApplyTokenMaskRefusesExactlyTheClearBits) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (int64_t size : {1, 31, 32, 33, 100, 4096, 49157}) {
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      std::vector<uint32_t> bits(static_cast<size_t>((size + 31) / 32));
+      for (uint32_t& word : bits) {
+        word = pattern == 0 ? 0u : pattern == 1 ? 0xFFFFFFFFu
+               : pattern == 2 ? static_cast<uint32_t>(rng())
+                              : (rng() % 3 == 0 ? 0u : rng() % 2 ? 0xFFFFFFFFu : 1u << (rng() % 32));
+      }
+      std::vector<float> logits(static_cast<size_t>(size));
+      for (float& v : logits) v = normal(rng) * 5;
+      std::vector<float> expected = logits;
+      for (int64_t i = 0; i < size; ++i) {
+        if (!((bits[i / 32] >> (i % 32)) & 1u)) expected[i] = -std::numeric_limits<float>::infinity();
+      }
+      kernels::apply_token_mask(bits.data(), logits.data(), size);
+      EXPECT_EQ(logits, expected) << "size " << size << " pattern " << pattern;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tachyon

@@ -115,6 +115,34 @@ __attribute__((always_inline)) inline int64_t argmax_body(const float* x, int64_
   return 0;  // not reached: best is one of the values
 }
 
+__attribute__((always_inline)) inline void apply_token_mask_body(const uint32_t* bits,
+                                                                 float* logits, int64_t size) {
+  typedef float Lanes __attribute__((vector_size(64)));
+  typedef int32_t Masks __attribute__((vector_size(64)));
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const Lanes refused = Lanes{} + kNegInf;
+  // Lane k of a 16-token half word tests bit k.
+  const Masks lane_bit = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                          32768};
+  const int64_t full_words = size / 32;
+  for (int64_t word = 0; word < full_words; ++word) {
+    const uint32_t allowed = bits[word];
+    if (allowed == 0xFFFFFFFFu) continue;
+    float* row = logits + word * 32;
+    for (int half = 0; half < 2; ++half) {
+      Lanes values;
+      std::memcpy(&values, row + 16 * half, sizeof(values));
+      const Masks set = ((Masks{} + static_cast<int32_t>((allowed >> (16 * half)) & 0xFFFFu)) &
+                         lane_bit) != 0;
+      values = set ? values : refused;
+      std::memcpy(row + 16 * half, &values, sizeof(values));
+    }
+  }
+  for (int64_t i = full_words * 32; i < size; ++i) {
+    if (!((bits[i / 32] >> (i % 32)) & 1u)) logits[i] = kNegInf;
+  }
+}
+
 }  // namespace
 
 // One copy of each body per level (kernel_level.h), chosen by the active level.
@@ -135,5 +163,8 @@ TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, add_in_place,
                           (float* x, const float* y, int64_t size), (x, y, size))
 TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, int64_t, argmax,
                           (const float* x, int64_t size), (x, size))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, apply_token_mask,
+                          (const uint32_t* bits, float* logits, int64_t size),
+                          (bits, logits, size))
 
 }  // namespace tachyon::kernels

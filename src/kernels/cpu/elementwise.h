@@ -29,4 +29,10 @@ void add_in_place(float* x, const float* y, int64_t size);
 // -inf). Vectorized: greedy decoding takes it over the whole vocabulary every token.
 int64_t argmax(const float* x, int64_t size);
 
+// logits[i] = -inf where bit i of `bits` (i32 words, bit i%32 of word i/32: a grammar's
+// token mask) is clear; other logits unchanged. logits: f32 [size]. Words that allow
+// everything are skipped and words that allow nothing filled, a vector at a time: a 262K-token
+// vocabulary's row is 1 MB.
+void apply_token_mask(const uint32_t* bits, float* logits, int64_t size);
+
 }  // namespace tachyon::kernels
