@@ -31,6 +31,15 @@ struct ForwardBatch {
   std::vector<int> logits_tokens;  // indices into tokens whose logits are wanted, ascending
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
+  // Empties it for the next pass (block_size kept; the vectors keep their memory).
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    slots.clear();
+    local_slots.clear();
+    sequences.clear();
+    logits_tokens.clear();
+  }
 };
 
 }  // namespace tachyon

@@ -1,11 +1,10 @@
 #include "runtime/draft_model_runner.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/elementwise.h"
+#include "runtime/draft_pass.h"
 
 namespace tachyon {
 namespace {
@@ -73,19 +72,9 @@ void DraftModelRunner::truncate(Sequence& sequence, int num_tokens) {
 }
 
 Status DraftModelRunner::run_batch(std::vector<TokenId>& next) {
-  const auto start = std::chrono::steady_clock::now();
-  TACHYON_RETURN_IF_ERROR(model_.forward_batch(batch_, *cache_, pool_, logits_));
-  if (static_cast<size_t>(batch_.num_tokens()) == batch_.sequences.size()) {
-    step_cost_.observe(batch_.num_tokens(), std::chrono::duration<double>(
-                                                std::chrono::steady_clock::now() - start)
-                                                .count());
-  }
-  const int64_t vocab = model_.config().vocab_size;
-  next.resize(batch_.logits_tokens.size());
-  for (size_t i = 0; i < next.size(); ++i) {
-    next[i] = static_cast<TokenId>(kernels::argmax(logits_.data() + i * vocab, vocab));
-  }
-  return Status();
+  return run_draft_pass(
+      batch_, [&] { return model_.forward_batch(batch_, *cache_, pool_, logits_); }, logits_,
+      model_.config().vocab_size, step_cost_, next);
 }
 
 Status DraftModelRunner::propose(std::vector<Job>& jobs, int length) {
@@ -125,11 +114,7 @@ Status DraftModelRunner::propose(std::vector<Job>& jobs, int length) {
   std::vector<size_t> pending(drafting.size());
   for (size_t i = 0; i < drafting.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
-    batch_.tokens.clear();
-    batch_.positions.clear();
-    batch_.slots.clear();
-    batch_.logits_tokens.clear();
-    batch_.sequences.clear();
+    batch_.clear();
     std::vector<size_t> finishing;  // jobs whose last token is in this pass (logits order)
     std::vector<size_t> still_pending;
     int budget = kCatchUpChunk;
@@ -172,11 +157,7 @@ Status DraftModelRunner::propose(std::vector<Job>& jobs, int length) {
 
   // Then one token per pass: each sequence's latest guess goes in, the next comes out.
   for (int step = 1; step < length; ++step) {
-    batch_.tokens.clear();
-    batch_.positions.clear();
-    batch_.slots.clear();
-    batch_.logits_tokens.clear();
-    batch_.sequences.clear();
+    batch_.clear();
     std::vector<Job*> active;
     for (Job* job : drafting) {
       if (static_cast<int>(job->out->size()) >= job->max_tokens) continue;

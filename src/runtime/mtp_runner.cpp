@@ -1,9 +1,8 @@
 #include "runtime/mtp_runner.h"
 
 #include <algorithm>
-#include <chrono>
 
-#include "kernels/cpu/elementwise.h"
+#include "runtime/draft_pass.h"
 
 namespace tachyon {
 
@@ -67,29 +66,18 @@ void MtpRunner::add_entry(const Sequence& sequence, TokenId token, int position,
 }
 
 Status MtpRunner::run_batch(std::vector<TokenId>& next) {
-  const auto start = std::chrono::steady_clock::now();
-  TACHYON_RETURN_IF_ERROR(model_.forward_mtp_batch(0, batch_, hidden_in_.data(), *cache_, pool_,
-                                                   logits_, &hidden_out_));
-  if (static_cast<size_t>(batch_.num_tokens()) == batch_.sequences.size()) {
-    step_cost_.observe(batch_.num_tokens(), std::chrono::duration<double>(
-                                                std::chrono::steady_clock::now() - start)
-                                                .count());
-  }
-  const int64_t vocab = model_.config().vocab_size;
-  next.resize(batch_.logits_tokens.size());
-  for (size_t i = 0; i < next.size(); ++i) {
-    next[i] = static_cast<TokenId>(kernels::argmax(logits_.data() + i * vocab, vocab));
-  }
-  return Status();
+  return run_draft_pass(
+      batch_,
+      [&] {
+        return model_.forward_mtp_batch(0, batch_, hidden_in_.data(), *cache_, pool_, logits_,
+                                        &hidden_out_);
+      },
+      logits_, model_.config().vocab_size, step_cost_, next);
 }
 
 Status MtpRunner::advance(std::vector<Job>& jobs, int length) {
   batch_.block_size = cache_->block_size();
-  batch_.tokens.clear();
-  batch_.positions.clear();
-  batch_.slots.clear();
-  batch_.logits_tokens.clear();
-  batch_.sequences.clear();
+  batch_.clear();
   hidden_in_.clear();
   // The real entries whose tokens are final; the last one of a job that wants guesses gives
   // its first.
@@ -150,11 +138,7 @@ Status MtpRunner::advance(std::vector<Job>& jobs, int length) {
     }
     if (active.empty()) break;
     previous_hidden.swap(hidden_out_);
-    batch_.tokens.clear();
-    batch_.positions.clear();
-    batch_.slots.clear();
-    batch_.logits_tokens.clear();
-    batch_.sequences.clear();
+    batch_.clear();
     hidden_in_.clear();
     const int64_t width = model_.config().hidden_size;
     for (size_t a = 0; a < active.size(); ++a) {

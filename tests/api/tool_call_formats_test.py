@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-import jsonschema
 import openai
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "tools"))
 from checks import check, exit_status, section  # noqa: E402
 from server_fixture import TachyonServer  # noqa: E402
-from tool_calls_test import ASK, streamed  # noqa: E402
+from tool_calls_test import ASK, streamed, valid_call  # noqa: E402
 import tiny_models  # noqa: E402
 
 # Arguments the random model finishes quickly: every value bounded.
@@ -72,15 +70,8 @@ FORMATS = {
 
 
 def invalid_call(name: str, arguments: str) -> str:
-    """'' when the call names a tool and its arguments validate, else why not."""
-    if name not in SCHEMAS:
-        return f"unknown tool {name!r}"
-    try:
-        value = json.loads(arguments)
-    except json.JSONDecodeError as error:
-        return f"arguments are not JSON ({error}): {arguments!r}"
-    return "; ".join(e.message for e in
-                     jsonschema.Draft202012Validator(SCHEMAS[name]).iter_errors(value))
+    """'' when the call names one of these tools and its arguments validate, else why not."""
+    return valid_call(name, arguments, SCHEMAS)
 
 
 def write_model(directory: Path, name: str) -> Path:

@@ -45,15 +45,17 @@ def client_for(server: TachyonServer) -> tuple[openai.OpenAI, str]:
     return client, client.models.list().data[0].id
 
 
-def valid_call(name: str, arguments: str) -> str:
-    """'' when the call names a tool and its arguments validate, else why not."""
-    if name not in SCHEMAS:
+def valid_call(name: str, arguments: str, schemas: dict | None = None) -> str:
+    """'' when the call names a tool and its arguments validate against its schema (`schemas`:
+    name -> schema, default SCHEMAS), else why not."""
+    schemas = SCHEMAS if schemas is None else schemas
+    if name not in schemas:
         return f"unknown tool {name!r}"
     try:
         value = json.loads(arguments)
     except json.JSONDecodeError as error:
         return f"arguments are not JSON ({error}): {arguments!r}"
-    errors = [e.message for e in jsonschema.Draft202012Validator(SCHEMAS[name]).iter_errors(value)]
+    errors = [e.message for e in jsonschema.Draft202012Validator(schemas[name]).iter_errors(value)]
     return "; ".join(errors)
 
 

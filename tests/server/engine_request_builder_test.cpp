@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "byte_vocabulary.h"
+
 #include <cstdio>
 #include <memory>
 
@@ -13,23 +15,7 @@ namespace json = boost::json;
 // SentencePiece with byte fallback and no merges: every byte of text is one token, so prompt
 // lengths are easy to predict. BOS is added for raw prompts.
 std::unique_ptr<Tokenizer> byte_tokenizer() {
-  Vocabulary vocabulary;
-  vocabulary.model = "llama";
-  auto add = [&](const std::string& text, TokenType type) {
-    vocabulary.token_to_id.emplace(text, static_cast<TokenId>(vocabulary.tokens.size()));
-    vocabulary.tokens.push_back(text);
-    vocabulary.scores.push_back(0.0f);
-    vocabulary.types.push_back(type);
-  };
-  add("<unk>", TokenType::kUnknown);  // 0
-  add("<s>", TokenType::kControl);    // 1
-  add("</s>", TokenType::kControl);   // 2
-  for (int byte = 0; byte < 256; ++byte) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-    add(name, TokenType::kByte);  // 3 + byte
-  }
-  vocabulary.unknown_id = 0;
+  Vocabulary vocabulary = byte_vocabulary();
   vocabulary.bos_id = 1;
   vocabulary.eos_id = 2;
   vocabulary.add_bos = true;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "byte_vocabulary.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -14,23 +16,7 @@ namespace json = boost::json;
 
 // Byte tokens: id 3 + b spells byte b.
 std::unique_ptr<Tokenizer> byte_tokenizer() {
-  Vocabulary vocabulary;
-  vocabulary.model = "llama";
-  auto add = [&](const std::string& text, TokenType type) {
-    vocabulary.token_to_id.emplace(text, static_cast<TokenId>(vocabulary.tokens.size()));
-    vocabulary.tokens.push_back(text);
-    vocabulary.scores.push_back(0.0f);
-    vocabulary.types.push_back(type);
-  };
-  add("<unk>", TokenType::kUnknown);
-  add("<s>", TokenType::kControl);
-  add("</s>", TokenType::kControl);
-  for (int byte = 0; byte < 256; ++byte) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-    add(name, TokenType::kByte);
-  }
-  vocabulary.unknown_id = 0;
+  Vocabulary vocabulary = byte_vocabulary();
   Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_vocabulary(std::move(vocabulary));
   return std::move(*tokenizer);
 }

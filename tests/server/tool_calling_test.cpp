@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <random>
 
+#include "byte_vocabulary.h"
 #include "chat/tool_call_parser.h"
 #include "structured/constraint_compiler.h"
 
@@ -24,22 +25,8 @@ namespace json = boost::json;
 constexpr TokenId kEos = 2;
 
 std::unique_ptr<Tokenizer> marker_tokenizer() {
-  Vocabulary vocabulary;
-  vocabulary.model = "llama";
-  auto add = [&](const std::string& text, TokenType type) {
-    vocabulary.token_to_id.emplace(text, static_cast<TokenId>(vocabulary.tokens.size()));
-    vocabulary.tokens.push_back(text);
-    vocabulary.scores.push_back(0.0f);
-    vocabulary.types.push_back(type);
-  };
-  add("<unk>", TokenType::kUnknown);  // 0
-  add("<s>", TokenType::kControl);    // 1
-  add("</s>", TokenType::kControl);   // 2
-  for (int byte = 0; byte < 256; ++byte) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-    add(name, TokenType::kByte);
-  }
+  Vocabulary vocabulary = byte_vocabulary();
+  auto add = [&](const std::string& text, TokenType type) { add_token(vocabulary, text, type); };
   add("\u2581", TokenType::kNormal);  // SentencePiece's space
   for (ToolCallFormat format : {ToolCallFormat::kLlama3Json, ToolCallFormat::kMistralArgs,
                                 ToolCallFormat::kDeepSeekV3, ToolCallFormat::kKimiK2}) {
@@ -50,7 +37,6 @@ std::unique_ptr<Tokenizer> marker_tokenizer() {
     }
   }
   add("<|unrelated_control|>", TokenType::kControl);
-  vocabulary.unknown_id = 0;
   vocabulary.bos_id = 1;
   vocabulary.eos_id = kEos;
   Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_vocabulary(std::move(vocabulary));
