@@ -16,6 +16,11 @@ The tokenizer is GPT-2's byte-level BPE padded with reserved control tokens, as
 tools/make_random_model.py does. Writes DIR/random-moonlight-16b-a3b-shape.Q4_K_M.gguf (default
 DIR: $TACHYON_HOME/models, ~9.5 GB, about a minute) and prints its path; an existing file is
 kept.
+
+    --shape small      the same architecture at 1024 wide, 4 layers, 50304 tokens (~270 MB, 180 MB
+                       of it routed experts): the --experts-mem memory test's model
+    --routing skewed   selection biases that favour some experts, as trained routers do (the
+                       expert-cache hit rates depend on it); uniform (default): none
 """
 from __future__ import annotations
 
@@ -31,14 +36,21 @@ import gguf
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_random_model import tokenizer_fields  # noqa: E402
 
-SHAPE = dict(hidden=2048, layers=27, dense_layers=1, heads=16, kv_lora=512, nope=128, rope=64,
-             value=128, ffn=11264, experts=64, experts_used=6, expert_ffn=1408, shared=2,
-             vocab=163840, context=8192, rope_base=50000.0, rms_epsilon=1e-5,
-             routed_scale=2.446)
+SHAPES = {
+    "moonlight": dict(name="random-moonlight-16b-a3b-shape", hidden=2048, layers=27,
+                      dense_layers=1, heads=16, kv_lora=512, nope=128, rope=64, value=128,
+                      ffn=11264, experts=64, experts_used=6, expert_ffn=1408, shared=2,
+                      vocab=163840, context=8192, rope_base=50000.0, rms_epsilon=1e-5,
+                      routed_scale=2.446),
+    "small": dict(name="random-moe-small-shape", hidden=1024, layers=4, dense_layers=1, heads=8,
+                  kv_lora=256, nope=64, rope=64, value=64, ffn=2816, experts=64, experts_used=6,
+                  expert_ffn=512, shared=2, vocab=50304, context=4096, rope_base=50000.0,
+                  rms_epsilon=1e-5, routed_scale=2.446),
+}
 Q = gguf.GGMLQuantizationType
 # Bytes per block and elements per block, and the byte offsets of each block's f16 scale(s)
 # with the value that keeps weights around +-0.02.
-BLOCKS = {Q.Q4_K: (144, 256, [(0, 2e-5), (2, 2e-5)]), Q.Q6_K: (210, 256, [(208, 5e-6)]),
+BLOCKS = {Q.Q4_K: (144, 256, [(0, 2e-5), (2, 1.5e-4)]), Q.Q6_K: (210, 256, [(208, 5e-6)]),
           Q.Q5_0: (22, 32, [(0, 1e-3)]), Q.Q8_0: (34, 32, [(0, 1.5e-4)])}
 
 
@@ -60,17 +72,20 @@ def main() -> int:
                         default=Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon"))
                         / "models")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="moonlight")
+    parser.add_argument("--routing", choices=["uniform", "skewed"], default="uniform")
     args = parser.parse_args()
-    path = args.out / "random-moonlight-16b-a3b-shape.Q4_K_M.gguf"
+    s = SHAPES[args.shape]
+    suffix = "" if args.routing == "uniform" else "-skewed"
+    path = args.out / f"{s['name']}{suffix}.Q4_K_M.gguf"
     if path.exists():
         print(path)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    s = SHAPE
     rng = np.random.default_rng(args.seed)
     partial = path.with_suffix(".partial")
     writer = gguf.GGUFWriter(str(partial), arch="deepseek2")
-    writer.add_name("random weights, Moonlight-16B-A3B shape, Q4_K_M types")
+    writer.add_name(f"random weights, {args.shape} shape, {args.routing} routing, Q4_K_M types")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     writer.add_context_length(s["context"])
     writer.add_embedding_length(s["hidden"])
@@ -138,7 +153,12 @@ def main() -> int:
             return random_blocks(rng, qtype, rows, cols, count)
         if name.endswith("norm.weight"):
             return np.ones(cols, dtype=np.float32)
-        values = (rng.standard_normal((rows, cols)) * (0.5 if rows > 1 else 0.05)).astype(np.float32)
+        if name.endswith("exp_probs_b.bias") and args.routing == "skewed":
+            # A Zipf-like preference (expert of rank r gets -0.25 ln r over the sigmoid scores),
+            # in a random order per layer: a fifth of the experts take most selections.
+            preference = -0.25 * np.log(np.arange(1, cols + 1, dtype=np.float32))
+            return rng.permutation(preference).astype(np.float32)
+        values = (rng.standard_normal((rows, cols)) * (0.05 if rows > 1 else 0.05)).astype(np.float32)
         return values if rows > 1 else values[0]
 
     for name, qtype, rows, cols, count in tensors:

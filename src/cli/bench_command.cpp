@@ -18,11 +18,13 @@
 #include "cli/model_session.h"
 #include "cli/speculation_flags.h"
 #include "core/cpu_features.h"
+#include "core/process_memory.h"
 #include "kernels/cpu/bandwidth_probe.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
+#include "server/expert_report.h"
 
 namespace tachyon::cli {
 namespace {
@@ -360,6 +362,14 @@ Status run_bench(BenchOptions& options) {
       if (!m.speculative.empty()) entry["speculative"] = m.speculative;
       out.push_back(std::move(entry));
     }
+    if (model.config().moe.enabled()) {
+      // Which experts the runs above chose (hot experts, imbalance) and the expert cache's
+      // counters with --experts-mem.
+      boost::json::object experts = server::expert_report_json(model);
+      experts["test"] = "experts";
+      out.push_back(std::move(experts));
+    }
+    out.push_back({{"test", "memory"}, {"anonymous_resident_bytes", anonymous_resident_bytes()}});
     if (roofline) {
       out.push_back({{"test", "roofline"},
                      {"tokens_per_second", roofline->tokens_per_second},
@@ -409,6 +419,25 @@ Status run_bench(BenchOptions& options) {
     }
     std::printf("\n");
   }
+  if (model.config().moe.enabled()) {
+    const boost::json::object experts = server::expert_report_json(model);
+    std::printf("experts  imbalance (most chosen / mean) %.2f at most, %.2f on average over %zu "
+                "MoE layers (tachyon bench --json: every count)\n",
+                experts.at("max_imbalance").to_number<double>(),
+                experts.at("mean_imbalance").to_number<double>(),
+                experts.at("layers").as_array().size());
+    if (const ExpertCache* cache = model.expert_cache()) {
+      const ExpertCache::Counters c = cache->counters();
+      const double lookups = static_cast<double>(c.hits + c.misses);
+      std::printf("cache    --experts-mem %.1f of %.1f MiB of experts: %.1f%% hits (%llu of %.0f), "
+                  "%.1f MiB read from the file\n",
+                  c.capacity_bytes / 1048576.0, c.expert_bytes / 1048576.0,
+                  lookups > 0 ? 100.0 * c.hits / lookups : 0.0,
+                  static_cast<unsigned long long>(c.hits), lookups, c.bytes_read / 1048576.0);
+    }
+  }
+  std::printf("resident %.1f MiB of anonymous memory (RssAnon)\n",
+              anonymous_resident_bytes() / 1048576.0);
   return Status();
 }
 

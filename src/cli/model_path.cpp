@@ -73,9 +73,15 @@ Result<std::unique_ptr<Tokenizer>> ModelFiles::load_tokenizer() const {
   return tokenizer;
 }
 
-Result<std::unique_ptr<DecoderModel>> ModelFiles::load_model(std::optional<DType> quantize) const {
+Result<std::unique_ptr<DecoderModel>> ModelFiles::load_model(
+    std::optional<DType> quantize, const MemoryAmount& experts_memory) const {
+  if (!gguf && !experts_memory.empty()) {
+    return invalid_argument(path + ": --experts-mem reads experts from a GGUF file; convert the "
+                            "folder first (llama.cpp's convert_hf_to_gguf.py)");
+  }
   Result<std::unique_ptr<DecoderModel>> model =
-      gguf ? DecoderModel::load(*gguf, quantize) : DecoderModel::load(*checkpoint, quantize);
+      gguf ? DecoderModel::load(*gguf, quantize, experts_memory)
+           : DecoderModel::load(*checkpoint, quantize);
   if (!model.ok()) return with_path(path, model.status());
   return model;
 }

@@ -25,8 +25,10 @@ struct ModelFiles {
 
   // Each error names the path.
   Result<std::unique_ptr<Tokenizer>> load_tokenizer() const;
-  // `quantize`: float matrices quantized at load (--quantize).
-  Result<std::unique_ptr<DecoderModel>> load_model(std::optional<DType> quantize = std::nullopt) const;
+  // `quantize`: float matrices quantized at load (--quantize); `experts_memory`: --experts-mem
+  // (GGUF files only).
+  Result<std::unique_ptr<DecoderModel>> load_model(std::optional<DType> quantize = std::nullopt,
+                                                   const MemoryAmount& experts_memory = {}) const;
   // The chat template's source: GGUF's tokenizer.chat_template, or tokenizer_config.json's
   // chat_template (a string, or the entry named "default" of a list) or chat_template.jinja.
   Result<std::string> chat_template_source() const;

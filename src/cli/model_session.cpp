@@ -27,6 +27,10 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
                   "(as the gguf package's quantizers), q4_k or q6_k (as llama.cpp's without an "
                   "importance matrix); other types stay as stored")
       ->check(CLI::IsMember({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"}));
+  command.add_option("--experts-mem", options.experts_memory,
+                     "MoE models larger than RAM: keep the routed experts in the model file and at "
+                     "most this much of them in memory, the most used ones (a size such as 24GiB, "
+                     "or a fraction of the experts' bytes such as 0.5; default: all in memory)");
 }
 
 void add_cache_type_option(CLI::App& command, std::string& cache_type) {
@@ -79,7 +83,13 @@ Result<ModelSession> open_session(const ModelOptions& options) {
       if (options.quantize == name) quantize = type;
     }
   }
-  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model(quantize));
+  MemoryAmount experts_memory;
+  if (!options.experts_memory.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(experts_memory,
+                             parse_memory_amount(options.experts_memory, "--experts-mem",
+                                                 "the model's routed-expert bytes"));
+  }
+  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model(quantize, experts_memory));
   const ModelConfig& config = session.model->config();
   if (config.vocab_size != session.tokenizer->vocabulary_size()) {
     return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "

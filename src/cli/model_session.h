@@ -25,13 +25,15 @@ struct ModelOptions {
   std::string cache_type = "f16";  // KV cache storage: f16, f32 or q8
   std::string numerics = "native";  // whose arithmetic: native or llama.cpp (DecoderModel)
   std::string quantize;  // --quantize: "" or q4_0, q4_1, q5_0, q5_1, q8_0
+  std::string experts_memory;  // --experts-mem: "" (all resident), a size or a fraction
   std::string kv_evict = "none";  // --kv-evict: none or snapkv
   int kv_evict_budget = 1024;     // --kv-evict-budget
   // The SnapKV budget the options ask for (0: off).
   int snapkv_budget() const { return kv_evict == "snapkv" ? kv_evict_budget : 0; }
 };
 
-// Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type and --quantize.
+// Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type, --quantize and
+// --experts-mem.
 void add_model_options(CLI::App& command, ModelOptions& options);
 // Adds --cache-type (f16, f32 or q8) writing to `cache_type`.
 void add_cache_type_option(CLI::App& command, std::string& cache_type);

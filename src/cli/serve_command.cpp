@@ -75,6 +75,7 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
   served->engine = loaded.engine.get();
+  served->model = loaded.session.model.get();
   served->tokenizer = loaded.session.tokenizer.get();
   served->chat_template = loaded.chat_template ? &*loaded.chat_template : nullptr;
   if (Result<std::string> source = loaded.session.files.chat_template_source(); source.ok()) {
@@ -131,13 +132,13 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
 Status run_serve(ServeCommandOptions& options) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("tachyon"));
   if (!options.kv_cache_memory.empty()) {
-    TACHYON_ASSIGN_OR_RETURN(server::MemoryAmount amount,
-                             server::parse_memory_amount(options.kv_cache_memory));
+    TACHYON_ASSIGN_OR_RETURN(MemoryAmount amount,
+                             parse_memory_amount(options.kv_cache_memory));
     options.engine.kv_cache_bytes = amount.bytes;
     if (amount.fraction > 0) options.engine.kv_cache_fraction = amount.fraction;
   }
   if (!options.engine.kv_disk_directory.empty()) {
-    Result<server::MemoryAmount> amount = server::parse_memory_amount(options.kv_disk_size);
+    Result<MemoryAmount> amount = parse_memory_amount(options.kv_disk_size);
     if (!amount.ok() || amount->bytes <= 0) {
       return invalid_argument(fmt::format("--kv-disk-size {} is not a size (e.g. 20GiB)",
                                           options.kv_disk_size));
@@ -303,6 +304,9 @@ void add_serve_command(CLI::App& app) {
                     "Allow serving a non-loopback address without API keys");
   command->add_flag("--public-metrics", serve.public_metrics,
                     "Serve /metrics without an API key when keys are required");
+  command->add_option("--admin-key", serve.admin_key,
+                      "The key of the admin routes (GET /admin/experts: expert selection counts "
+                      "and cache); without it they are open only on a server without keys");
   add_speculation_flags(*command, options->speculation, /*serving=*/true);
   command->callback([options] {
     Status status = run_serve(*options);

@@ -39,6 +39,10 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
+  // The file's bytes (tensor data pointers point into them), and whether they are a mapping of
+  // path() (open) rather than caller-owned memory (parse).
+  const uint8_t* bytes() const { return bytes_; }
+  bool mapped() const { return mapping_ != nullptr; }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }

@@ -15,9 +15,11 @@
 namespace tachyon {
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file,
-                                                        std::optional<DType> quantize) {
+                                                        std::optional<DType> quantize,
+                                                        const MemoryAmount& experts_memory) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
-  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights, DecoderWeights::load(file, config, quantize));
+  TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights,
+                           DecoderWeights::load(file, config, quantize, experts_memory));
   return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
 }
 
@@ -35,7 +37,15 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
       rope_(config_.rope, weights_.rope_frequency_factors),
       local_rope_(config_.local_rope, config_.local_rope.has_frequency_factors
                                           ? std::span<const float>(weights_.rope_frequency_factors)
-                                          : std::span<const float>()) {}
+                                          : std::span<const float>()) {
+  if (config_.moe.enabled()) {
+    std::vector<int> moe_layers;
+    for (int i = 0; i < config_.num_layers + config_.num_mtp_layers; ++i) {
+      if (config_.moe.layer_has_experts(i)) moe_layers.push_back(i);
+    }
+    expert_load_ = ExpertLoad(std::move(moe_layers), config_.moe.num_experts);
+  }
+}
 
 Status DecoderModel::set_numerics(Numerics numerics) {
   if (numerics == Numerics::kLlamaCpp) {
@@ -178,7 +188,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     cache.prefetch_store(layer, start_position, num_tokens);
   };
   // This batch's keys and values are in the cache: every query attends over it.
-  run_layers(tokens, store, prefetch_store, [&](int layer) {
+  Status layers = run_layers(tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
     const AttentionShape shape = attention_shape(layer);
     if (numerics_ == Numerics::kLlamaCpp) {
@@ -190,6 +200,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     }
     if (observer != nullptr) (*observer)(layer, w.query.data(), num_tokens);
   }, pool);
+  TACHYON_RETURN_IF_ERROR(layers);
   if (final_hidden != nullptr) normalize_final(num_tokens, pool, *final_hidden);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
@@ -242,12 +253,12 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
                 workspace_.key.data() + offset, workspace_.value.data() + offset);
   };
   auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, slots(layer)); };
-  run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
+  TACHYON_RETURN_IF_ERROR(run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
     paged_attention(attention_shape(layer), w.query.data(), batch, cache, layer,
                     w.attention.data(), pool);
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
-  }, pool);
+  }, pool));
   if (final_hidden != nullptr) normalize_final(batch.num_tokens(), pool, *final_hidden);
   project_logits(batch.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
   return Status();
@@ -297,8 +308,12 @@ Status DecoderModel::forward_mtp_batch(int mtp, const ForwardBatch& batch,
     paged_attention(attention_shape(), w.query.data(), batch, cache, layer, w.attention.data(),
                     pool);
   };
-  run_layer(weights.layer, mtp, num_tokens, /*add_projected=*/false, store, prefetch_store, attend,
-            pool);
+  try {
+    run_layer(weights.layer, mtp, num_tokens, /*add_projected=*/false, store, prefetch_store,
+              attend, pool);
+  } catch (const ModelReadError& error) {
+    return io_error(error.what());
+  }
   add_residual(num_tokens, pool);
   if (mtp_hidden != nullptr) {
     mtp_hidden->resize(batch.logits_tokens.size() * static_cast<size_t>(hidden));
@@ -335,15 +350,20 @@ AttentionShape DecoderModel::attention_shape(int layer) const {
   return shape;
 }
 
-void DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
-                              PrefetchStore prefetch_store, Attend attend, ThreadPool& pool) {
+Status DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
+                                PrefetchStore prefetch_store, Attend attend, ThreadPool& pool) {
   const int num_tokens = static_cast<int>(tokens.size());
   prepare_workspace(num_tokens);
   embed(weights_.token_embedding, tokens, workspace_.residual.data());
-  for (int i = 0; i < config_.num_layers; ++i) {
-    run_layer(weights_.layers[i], i, num_tokens, i > 0, store, prefetch_store, attend, pool);
+  try {
+    for (int i = 0; i < config_.num_layers; ++i) {
+      run_layer(weights_.layers[i], i, num_tokens, i > 0, store, prefetch_store, attend, pool);
+    }
+  } catch (const ModelReadError& error) {
+    return io_error(error.what());  // an expert the file could not give (--experts-mem)
   }
   add_residual(num_tokens, pool);  // the last feed-forward block's output
+  return Status();
 }
 
 void DecoderModel::run_layer(const LayerWeights& layer, int layer_index, int num_tokens,
@@ -690,6 +710,43 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   const std::span<const kernels::MatmulProduct> consumers(all_consumers, shared ? 3 : 1);
   add_and_normalize(layer.ffn_norm, true, consumers, num_tokens, pool);
   multiply_normed(consumers.first(1), num_tokens, pool);
+  // Each token's experts, then the tokens grouped per expert, in token order.
+  const ExpertRouter router(moe);
+  for_token_ranges(num_tokens, pool, [&](int begin, int end) {
+    for (int t = begin; t < end; ++t) {
+      router.route(w.router_logits.data() + static_cast<int64_t>(t) * moe.num_experts,
+                   experts.selection_bias, w.chosen_experts.data() + t * k,
+                   w.expert_weights.data() + t * k);
+    }
+  });
+  w.expert_offsets.assign(moe.num_experts + 1, 0);
+  for (int i = 0; i < num_tokens * k; ++i) ++w.expert_offsets[w.chosen_experts[i] + 1];
+  for (int e = 0; e < moe.num_experts; ++e) w.expert_offsets[e + 1] += w.expert_offsets[e];
+  w.expert_tokens.resize(static_cast<size_t>(num_tokens) * k);
+  w.expert_token_weights.resize(static_cast<size_t>(num_tokens) * k);
+  w.expert_next.assign(w.expert_offsets.begin(), w.expert_offsets.end() - 1);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < k; ++i) {
+      const int slot = w.expert_next[w.chosen_experts[t * k + i]]++;
+      w.expert_tokens[slot] = t;
+      w.expert_token_weights[slot] = w.expert_weights[t * k + i];
+    }
+  }
+  for (int e = 0; e < moe.num_experts; ++e) {
+    const int count = w.expert_offsets[e + 1] - w.expert_offsets[e];
+    if (count > 0) expert_load_.add(experts.model_layer, e, static_cast<uint64_t>(count));
+  }
+  // --experts-mem: the file starts reading this layer's missing experts and the next layer's
+  // likely ones while the shared experts compute.
+  ExpertCache* cache = weights_.expert_cache.get();
+  if (cache != nullptr) {
+    w.step_experts.clear();
+    for (int e = 0; e < moe.num_experts; ++e) {
+      if (w.expert_offsets[e + 1] > w.expert_offsets[e]) w.step_experts.push_back(e);
+    }
+    cache->prefetch(experts.cache_layer, w.step_experts);
+    prefetch_next_experts(experts, num_tokens, pool);
+  }
   if (shared) {
     auto rows = [&](int64_t begin, int64_t end) {
       swiglu_rows(moe.shared_ffn_size, num_tokens, begin, end);
@@ -713,30 +770,10 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   } else {
     std::fill_n(w.projected.begin(), num_tokens * hidden, 0.0f);
   }
-  // Each token's experts, then the tokens grouped per expert, in token order.
-  const ExpertRouter router(moe);
-  for_token_ranges(num_tokens, pool, [&](int begin, int end) {
-    for (int t = begin; t < end; ++t) {
-      router.route(w.router_logits.data() + static_cast<int64_t>(t) * moe.num_experts,
-                   experts.selection_bias, w.chosen_experts.data() + t * k,
-                   w.expert_weights.data() + t * k);
-    }
-  });
-  w.expert_offsets.assign(moe.num_experts + 1, 0);
-  for (int i = 0; i < num_tokens * k; ++i) ++w.expert_offsets[w.chosen_experts[i] + 1];
-  for (int e = 0; e < moe.num_experts; ++e) w.expert_offsets[e + 1] += w.expert_offsets[e];
-  w.expert_tokens.resize(static_cast<size_t>(num_tokens) * k);
-  w.expert_token_weights.resize(static_cast<size_t>(num_tokens) * k);
-  w.expert_next.assign(w.expert_offsets.begin(), w.expert_offsets.end() - 1);
-  for (int t = 0; t < num_tokens; ++t) {
-    for (int i = 0; i < k; ++i) {
-      const int slot = w.expert_next[w.chosen_experts[t * k + i]]++;
-      w.expert_tokens[slot] = t;
-      w.expert_token_weights[slot] = w.expert_weights[t * k + i];
-    }
-  }
+  if (cache != nullptr) cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts);
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
+  int resident = 0;  // with the cache: index of e in step_experts
   for (int e = 0; e < moe.num_experts; ++e) {
     const int first = w.expert_offsets[e];
     const int count = w.expert_offsets[e + 1] - first;
@@ -745,8 +782,14 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
       std::memcpy(w.expert_input.data() + i * hidden,
                   w.normed.data() + w.expert_tokens[first + i] * hidden, hidden * sizeof(float));
     }
-    swiglu_feed_forward(experts.gate[e], experts.up[e], experts.down[e], w.expert_input.data(),
-                        count, w.expert_output.data(), pool);
+    if (cache != nullptr) {
+      const ExpertCache::Resident& matrices = w.resident_experts[resident++];
+      swiglu_feed_forward(*matrices.gate, *matrices.up, *matrices.down, w.expert_input.data(),
+                          count, w.expert_output.data(), pool);
+    } else {
+      swiglu_feed_forward(experts.gate[e], experts.up[e], experts.down[e], w.expert_input.data(),
+                          count, w.expert_output.data(), pool);
+    }
     for (int i = 0; i < count; ++i) {
       const float weight = w.expert_token_weights[first + i];
       float* out = w.projected.data() + w.expert_tokens[first + i] * hidden;
@@ -754,6 +797,33 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
       for (int64_t c = 0; c < hidden; ++c) out[c] += weight * y[c];
     }
   }
+}
+
+void DecoderModel::prefetch_next_experts(const ExpertWeights& experts, int num_tokens,
+                                         ThreadPool& pool) {
+  const int next = experts.model_layer + 1;
+  if (next >= config_.num_layers || !weights_.layers[next].has_experts) return;
+  const ExpertWeights& upcoming = weights_.layers[next].experts;
+  const MixtureOfExpertsConfig& moe = config_.moe;
+  Workspace& w = workspace_;
+  // The residual stream changes little from one layer to the next, so the next router on this
+  // layer's input mostly picks what it will pick on its own.
+  w.next_router_logits.resize(static_cast<size_t>(num_tokens) * moe.num_experts);
+  kernels::matmul(upcoming.router, w.normed.data(), num_tokens, w.next_router_logits.data(), pool);
+  const ExpertRouter router(moe);
+  w.next_chosen.resize(moe.experts_per_token);
+  w.next_weights.resize(moe.experts_per_token);
+  w.next_wanted.assign(moe.num_experts, 0);
+  for (int t = 0; t < num_tokens; ++t) {
+    router.route(w.next_router_logits.data() + static_cast<int64_t>(t) * moe.num_experts,
+                 upcoming.selection_bias, w.next_chosen.data(), w.next_weights.data());
+    for (const int e : w.next_chosen) w.next_wanted[e] = 1;
+  }
+  std::vector<int> wanted;
+  for (int e = 0; e < moe.num_experts; ++e) {
+    if (w.next_wanted[e]) wanted.push_back(e);
+  }
+  weights_.expert_cache->prefetch(upcoming.cache_layer, wanted);
 }
 
 }  // namespace tachyon

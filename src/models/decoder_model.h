@@ -16,6 +16,7 @@
 #include "kv_cache/paged_kv_cache.h"
 #include "model_files/gguf_file.h"
 #include "models/decoder_weights.h"
+#include "models/expert_load.h"
 #include "models/forward_batch.h"
 #include "models/layers.h"
 #include "models/model_config.h"
@@ -34,14 +35,22 @@ class DecoderModel {
  public:
   // The model reads its weights from `file`, which must outlive it.
   // `quantize`: float matrices quantized at load to that type (DecoderWeights::load).
+  // `experts_memory` (--experts-mem): the routed experts stay in the file, at most that much of
+  // them resident (ExpertCache); empty: all resident.
   static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file,
-                                                    std::optional<DType> quantize = std::nullopt);
+                                                    std::optional<DType> quantize = std::nullopt,
+                                                    const MemoryAmount& experts_memory = {});
   // From a Hugging Face folder (config.json + safetensors).
   static Result<std::unique_ptr<DecoderModel>> load(const HfCheckpoint& checkpoint,
                                                     std::optional<DType> quantize = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }
+  // How often each routed expert was chosen (MoE models; empty otherwise). Thread-safe.
+  const ExpertLoad& expert_load() const { return expert_load_; }
+  ExpertLoad& expert_load() { return expert_load_; }
+  // With --experts-mem, the resident experts' cache (its counters are thread-safe); else null.
+  const ExpertCache* expert_cache() const { return weights_.expert_cache.get(); }
 
   // Switches the arithmetic of forward() (forward_batch() stays native). kLlamaCpp needs every
   // weight matrix in Q4_1 or Q8_0 and RoPE without YaRN; an error says what else it found.
@@ -145,6 +154,14 @@ class DecoderModel {
     std::vector<float> expert_token_weights;  // the weight of each expert_tokens entry
     AlignedVector<float> expert_input;   // f32 [tokens, hidden]: an expert's tokens' rows
     AlignedVector<float> expert_output;  // f32 [tokens, hidden]
+    // --experts-mem: the step's chosen experts (ascending) and their resident matrices, and the
+    // next layer's likely choice (its router on this layer's input) to read ahead.
+    std::vector<int> step_experts;
+    std::vector<ExpertCache::Resident> resident_experts;
+    AlignedVector<float> next_router_logits;  // f32 [tokens, experts]
+    std::vector<int> next_chosen;             // [experts_per_token]
+    std::vector<float> next_weights;          // [experts_per_token]
+    std::vector<char> next_wanted;            // [experts]
     // MTP (forward_mtp_batch).
     AlignedVector<float> mtp_input;      // f32 [tokens, 2 * hidden]: [enorm(embedding), hnorm(h)]
   };
@@ -173,8 +190,9 @@ class DecoderModel {
   // One decoder layer on the residual stream (its attention, then its feed-forward block).
   void run_layer(const LayerWeights& layer, int layer_index, int num_tokens, bool add_projected,
                  StoreTokens store, PrefetchStore prefetch_store, Attend attend, ThreadPool& pool);
-  // Embeds `tokens` (at workspace_.positions) and runs every layer.
-  void run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
+  // Embeds `tokens` (at workspace_.positions) and runs every layer; an io_error when an expert
+  // could not be read from the file (--experts-mem).
+  Status run_layers(std::span<const TokenIndex> tokens, StoreTokens store,
                   PrefetchStore prefetch_store, Attend attend, ThreadPool& pool);
   // logits = output · norm(residual row, norm_weight) for `rows`.
   void project_logits(std::span<const int> rows, const float* norm_weight,
@@ -193,6 +211,9 @@ class DecoderModel {
                               bool add_projected, StoreTokens store, Attend attend,
                               ThreadPool& pool);
   void expert_feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // --experts-mem: asks the cache to read ahead the experts the router of the layer after
+  // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
+  void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
   // out[t] = w · x[t] for one of MLA's per-head matrices: x rows at `x_stride`, out rows at
   // `out_stride` (through workspace_.head_input / head_output).
   void multiply_head(const kernels::WeightMatrix& w, const float* x, int64_t x_stride,
@@ -237,6 +258,7 @@ class DecoderModel {
   RotaryEmbedding local_rope_;  // local layers' (config_.local_rope)
   Workspace workspace_;
   Numerics numerics_ = Numerics::kNative;
+  ExpertLoad expert_load_;
 };
 
 }  // namespace tachyon

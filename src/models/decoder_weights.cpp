@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "core/half.h"
+#include "kernels/cpu/kernel_level.h"
 #include "kernels/cpu/repacked_weights.h"
 #include "kernels/reference/dequantize.h"
 #include "kernels/reference/fp8.h"
@@ -34,8 +35,13 @@ using TensorLookup = std::function<Result<std::optional<TensorView>>(const std::
 
 class TensorLoader {
  public:
-  TensorLoader(TensorLookup lookup, DecoderWeights& weights, std::optional<DType> quantize)
-      : lookup_(std::move(lookup)), weights_(weights), quantize_(quantize) {}
+  TensorLoader(TensorLookup lookup, DecoderWeights& weights, std::optional<DType> quantize,
+               bool experts_in_file)
+      : lookup_(std::move(lookup)), weights_(weights), quantize_(quantize),
+        experts_in_file_(experts_in_file) {}
+
+  // --experts-mem: the routed experts stay in the file (ExpertCache reads them when chosen).
+  bool experts_in_file() const { return experts_in_file_; }
 
   // A matrix with GGUF shape [cols, rows].
   Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -49,12 +55,18 @@ class TensorLoader {
 
   // `count` matrices of [cols, rows] (experts, or MLA's per-head matrices): one GGUF tensor of
   // shape [cols, rows, count], or (Hugging Face) one tensor per matrix, looked up as
-  // "<name>#<index>".
+  // "<name>#<index>". `in_file`: views into the file's mapping, not copied (GGUF only).
   Result<std::vector<kernels::WeightMatrix>> matrices(const std::string& name, int count,
-                                                      int64_t rows, int64_t cols) {
+                                                      int64_t rows, int64_t cols,
+                                                      bool in_file = false) {
     std::vector<kernels::WeightMatrix> out;
     TACHYON_ASSIGN_OR_RETURN(std::optional<TensorView> stacked, lookup_(name));
     if (!stacked) {
+      if (in_file) {
+        return unsupported(fmt::format("--experts-mem reads experts stacked in one GGUF tensor; "
+                                       "'{}' is not (convert the model to GGUF)",
+                                       name));
+      }
       for (int i = 0; i < count; ++i) {
         TACHYON_ASSIGN_OR_RETURN(kernels::WeightMatrix w,
                                  matrix(fmt::format("{}#{}", name, i), rows, cols));
@@ -79,6 +91,15 @@ class TensorLoader {
     for (int i = 0; i < count; ++i) {
       TensorView slice{fmt::format("{}[{}]", stacked->name, i), stacked->type, {cols, rows},
                        rows * cols, stacked->data + slice_bytes * i};
+      if (in_file) {
+        if (!kernels::matmul_supports(slice.type)) {
+          return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute "
+                                         "with yet",
+                                         stacked->name, dtype_name(slice.type)));
+        }
+        out.push_back(kernels::WeightMatrix{slice.type, slice.data, rows, cols});
+        continue;
+      }
       TACHYON_ASSIGN_OR_RETURN(kernels::WeightMatrix w, working_copy(std::move(slice), rows, cols));
       out.push_back(w);
     }
@@ -131,9 +152,12 @@ class TensorLoader {
     kernels::WeightMatrix w{tensor.type, tensor.data, rows, cols};
     // Copied once into huge pages (HugePageArena: every token streams these), repacked on the
     // way where the SIMD kernels have a layout for the type (TACHYON_NO_REPACK=1 keeps the
-    // file's layout, to compare). A repacked matrix's `data` stays the file's (the reference
-    // and llama.cpp-arithmetic kernels read that layout).
-    static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
+    // file's layout, to compare; so does the portable level, whose kernels read only that). A
+    // repacked matrix's `data` stays the file's (the reference and llama.cpp-arithmetic kernels
+    // read that layout).
+    static const bool repack =
+        std::getenv("TACHYON_NO_REPACK") == nullptr &&
+        kernels::active_kernel_level() != kernels::KernelLevel::kReference;
     if (repack && kernels::RepackedWeights::supports(w)) {
       uint8_t* packed = weights_.arena->allocate(kernels::RepackedWeights::packed_bytes(w));
       kernels::RepackedWeights::repack_into(w, packed);
@@ -148,7 +172,8 @@ class TensorLoader {
   }
 
  public:
-  // A vector of `size` values as f32 (converted once when stored in another type).
+  // A vector of `size` values as f32, copied (so that nothing but the experts of --experts-mem
+  // is read from the mapping after load; converted when stored in another type).
   Result<const float*> vector(const std::string& name, int64_t size) {
     TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
     // A vector may be stored as a one-row matrix (Qwen2-MoE's shared expert gate).
@@ -157,7 +182,6 @@ class TensorLoader {
       return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}]", tensor.name,
                                       fmt::join(tensor.shape, ", "), size));
     }
-    if (tensor.type == DType::kF32) return reinterpret_cast<const float*>(tensor.data);
     auto converted = std::make_unique<std::vector<float>>(size);
     Status status = reference::dequantize(tensor.type, tensor.data, converted->data(), size);
     if (!status.ok()) {
@@ -213,6 +237,7 @@ class TensorLoader {
   TensorLookup lookup_;
   DecoderWeights& weights_;
   std::optional<DType> quantize_;
+  bool experts_in_file_ = false;
 };
 
 // GGUF: the names are the loader's.
@@ -512,14 +537,16 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const std::st
     TACHYON_ASSIGN_OR_RETURN(experts.selection_bias,
                              load.vector(prefix + "exp_probs_b.bias", moe.num_experts));
   }
+  const bool in_file = load.experts_in_file();
   TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
                                                        moe.num_experts, moe.expert_ffn_size,
-                                                       hidden));
+                                                       hidden, in_file));
   TACHYON_ASSIGN_OR_RETURN(experts.up, load.matrices(prefix + "ffn_up_exps.weight",
-                                                     moe.num_experts, moe.expert_ffn_size, hidden));
+                                                     moe.num_experts, moe.expert_ffn_size, hidden,
+                                                     in_file));
   TACHYON_ASSIGN_OR_RETURN(experts.down,
                            load.matrices(prefix + "ffn_down_exps.weight", moe.num_experts, hidden,
-                                         moe.expert_ffn_size));
+                                         moe.expert_ffn_size, in_file));
   if (moe.shared_ffn_size > 0) {
     TACHYON_ASSIGN_OR_RETURN(experts.shared_gate, load.matrix(prefix + "ffn_gate_shexp.weight",
                                                               moe.shared_ffn_size, hidden));
@@ -576,6 +603,7 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWei
   }
   if (config.moe.layer_has_experts(i)) {
     layer.has_experts = true;
+    layer.experts.model_layer = i;
     TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
   } else {
     TACHYON_ASSIGN_OR_RETURN(layer.gate,
@@ -617,16 +645,26 @@ Status load_mtp_layer(TensorLoader& load, const ModelConfig& config, const Decod
 
 // The tensors of `config`'s decoder, by GGUF name.
 Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
-                    std::optional<DType> quantize, DecoderWeights& weights) {
+                    std::optional<DType> quantize, bool experts_in_file,
+                    DecoderWeights& weights) {
   if (quantize && !reference::can_quantize_weights(*quantize)) {
     return unsupported(fmt::format("--quantize {}: tachyon quantizes to Q4_0, Q4_1, Q5_0, Q5_1, "
                                    "Q8_0, Q4_K and Q6_K",
                                    dtype_name(*quantize)));
   }
-  TensorLoader load(lookup, weights, quantize);
+  TensorLoader load(lookup, weights, quantize, experts_in_file);
   const int64_t hidden = config.hidden_size;
   TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
                            load.matrix("token_embd.weight", config.vocab_size, hidden));
+  if (experts_in_file && weights.token_embedding.packed != nullptr) {
+    // Embedding rows are read in the file's layout (DecoderModel::embed): a copy of their own,
+    // so that after load only the experts come from the file.
+    kernels::WeightMatrix& table = weights.token_embedding;
+    const size_t bytes = table.row_bytes() * static_cast<size_t>(table.rows);
+    uint8_t* copy = weights.arena->allocate(bytes);
+    std::memcpy(copy, table.data, bytes);
+    table.data = copy;
+  }
   TACHYON_ASSIGN_OR_RETURN(weights.output_norm, load.vector("output_norm.weight", hidden));
   if (config.tied_embeddings) {
     weights.output = weights.token_embedding;
@@ -657,9 +695,37 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
 }  // namespace
 
 Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config,
-                                            std::optional<DType> quantize) {
+                                            std::optional<DType> quantize,
+                                            const MemoryAmount& experts_memory) {
   DecoderWeights weights;
-  TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, quantize, weights));
+  const bool experts_in_file = !experts_memory.empty();
+  if (experts_in_file) {
+    if (!config.moe.enabled()) {
+      return invalid_argument("--experts-mem is for models with routed experts; this one has none");
+    }
+    if (quantize) {
+      return invalid_argument("--experts-mem reads the experts as the file stores them; it does "
+                              "not go with --quantize");
+    }
+    if (!file.mapped()) return invalid_argument("--experts-mem needs a model file");
+  }
+  TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, quantize, experts_in_file,
+                                       weights));
+  if (experts_in_file) {
+    static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
+    TACHYON_ASSIGN_OR_RETURN(weights.expert_cache,
+                             ExpertCache::open(file.path(), file.bytes(), repack));
+    auto add = [&](ExpertWeights& experts) {
+      experts.cache_layer = weights.expert_cache->add_layer(experts.gate, experts.up, experts.down);
+    };
+    for (LayerWeights& layer : weights.layers) {
+      if (layer.has_experts) add(layer.experts);
+    }
+    for (MtpLayerWeights& mtp : weights.mtp_layers) {
+      if (mtp.layer.has_experts) add(mtp.layer.experts);
+    }
+    TACHYON_RETURN_IF_ERROR(weights.expert_cache->allocate(experts_memory));
+  }
   return weights;
 }
 
@@ -668,7 +734,8 @@ Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
                                             std::optional<DType> quantize) {
   DecoderWeights weights;
   TACHYON_RETURN_IF_ERROR(
-      load_tensors(hf_lookup(checkpoint, config, weights), config, quantize, weights));
+      load_tensors(hf_lookup(checkpoint, config, weights), config, quantize,
+                   /*experts_in_file=*/false, weights));
   return weights;
 }
 

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "core/huge_page_arena.h"
+#include "core/memory_amount.h"
 #include "kernels/cpu/matmul.h"
 #include "model_files/gguf_file.h"
 #include "model_files/hf_checkpoint.h"
+#include "models/expert_cache.h"
 #include "models/model_config.h"
 
 namespace tachyon {
@@ -40,6 +42,10 @@ struct ExpertWeights {
   kernels::WeightMatrix shared_up;          // [shared_ffn, hidden]
   kernels::WeightMatrix shared_down;        // [hidden, shared_ffn]
   const float* shared_gate_vector = nullptr;  // f32 [hidden], Qwen2-MoE's shared expert gate
+  // --experts-mem: gate/up/down are views into the file's mapping, never read by the kernels;
+  // DecoderWeights::expert_cache gives the chosen ones under this index. -1: resident.
+  int cache_layer = -1;
+  int model_layer = -1;  // the layer's index in the model (MTP layers after the trunk's)
 };
 
 struct LayerWeights {
@@ -91,8 +97,11 @@ struct DecoderWeights {
   // `quantize` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0): F32, F16 and BF16 matrices (and FP8 ones,
   // after their BF16 dequantization) are quantized at load, byte for byte as the gguf package
   // would (reference::quantize_weights); others stay as stored.
+  // `experts_memory` (--experts-mem; empty: everything resident): the routed experts stay in
+  // the file, at most that much of them resident in `expert_cache`.
   static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config,
-                                     std::optional<DType> quantize = std::nullopt);
+                                     std::optional<DType> quantize = std::nullopt,
+                                     const MemoryAmount& experts_memory = {});
   // From a Hugging Face folder's safetensors (F32/F16/BF16, block-scaled FP8): the same matrices
   // as the GGUF file llama.cpp's converter writes from it (the llama layout's Q/K rows
   // interleaved per head).
@@ -112,6 +121,8 @@ struct DecoderWeights {
   // The matrices' working copies, repacked for the SIMD kernels where they have a layout
   // (WeightMatrix::packed) or as stored (WeightMatrix::data).
   std::unique_ptr<HugePageArena> arena = std::make_unique<HugePageArena>();
+  // The routed experts' resident part, with --experts-mem (else null).
+  std::unique_ptr<ExpertCache> expert_cache;
 };
 
 }  // namespace tachyon

@@ -9,8 +9,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "gateway/key_secret.h"
 #include "runtime/engine.h"
 #include "server/engine_request_builder.h"
+#include "server/expert_report.h"
 #include "server/generation_session.h"
 #include "server/tool_calling.h"
 #include "server/openai_response.h"
@@ -60,6 +62,7 @@ enum class Route {
   kCompletions,
   kTokenize,
   kDetokenize,
+  kAdminExperts,
 };
 
 struct RouteMatch {
@@ -80,6 +83,7 @@ RouteMatch match_route(std::string_view path) {
   if (path == "/v1/completions") return {Route::kCompletions, http::verb::post, {}};
   if (path == "/tokenize") return {Route::kTokenize, http::verb::post, {}};
   if (path == "/detokenize") return {Route::kDetokenize, http::verb::post, {}};
+  if (path == "/admin/experts") return {Route::kAdminExperts, http::verb::get, {}};
   return {};
 }
 
@@ -100,9 +104,15 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
     error.headers.emplace_back("Allow", std::string(http::to_string(match.method)));
     co_return co_await connection.send_error(error);
   }
-  // Every route but /health (and /metrics when public) needs a valid key when auth is on.
+  // Every route but /health (and /metrics when public) needs a valid key when auth is on; the
+  // admin routes need the admin key instead.
   std::optional<gateway::Tenant> tenant;
-  const bool open_route = match.route == Route::kHealth ||
+  if (match.route == Route::kAdminExperts) {
+    if (std::optional<ApiError> denied = authorize_admin(request)) {
+      co_return co_await connection.send_error(*denied);
+    }
+  }
+  const bool open_route = match.route == Route::kHealth || match.route == Route::kAdminExperts ||
                           (match.route == Route::kMetrics && context_.options().public_metrics);
   if (context_.gateway() != nullptr && !open_route) {
     std::optional<ApiError> auth_error = authenticate(request, connection, tenant);
@@ -121,6 +131,8 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
       co_return co_await send(connection, tokenize(request));
     case Route::kDetokenize:
       co_return co_await send(connection, detokenize(request));
+    case Route::kAdminExperts:
+      co_return co_await send(connection, admin_experts());
     case Route::kChatCompletions:
       co_return co_await complete(connection, request, Endpoint::kChatCompletions, tenant);
     case Route::kCompletions:
@@ -187,10 +199,49 @@ ApiRouter::Reply ApiRouter::metrics() const {
   } else {
     text = context_.metrics().render(nullptr, context_.options().model_id);
   }
+  if (model != nullptr && model->model != nullptr) {
+    text += render_expert_metrics(*model->model, prometheus_model_labels(context_.options().model_id));
+  }
   if (context_.gateway() != nullptr) text += render_gateway_metrics(context_.gateway()->metrics());
   Reply reply;
   reply.text = std::move(text);
   reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return reply;
+}
+
+std::optional<ApiError> ApiRouter::authorize_admin(const HttpRequest& request) const {
+  const ServeOptions& options = context_.options();
+  if (options.admin_key.empty()) {
+    if (!options.requires_auth()) return std::nullopt;  // a server open to everyone
+    ApiError error;
+    error.status = 403;
+    error.type = "permission_error";
+    error.code = "admin_key_required";
+    error.message = "The admin routes need the admin key; start the server with --admin-key";
+    return error;
+  }
+  std::string_view authorization;
+  if (auto header = request.find(http::field::authorization); header != request.end()) {
+    authorization = std::string_view(header->value().data(), header->value().size());
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string_view secret =
+      authorization.starts_with(kBearer) ? authorization.substr(kBearer.size()) : std::string_view();
+  // Hashes compared in constant time, as the Gateway compares keys.
+  if (secret.empty() ||
+      !gateway::hashes_equal(gateway::hash_secret(secret), gateway::hash_secret(options.admin_key))) {
+    return ApiError::invalid_api_key("The admin routes need the admin key (Authorization: Bearer "
+                                     "ADMIN_KEY, as given to --admin-key)");
+  }
+  return std::nullopt;
+}
+
+ApiRouter::Reply ApiRouter::admin_experts() const {
+  Reply reply;
+  std::shared_ptr<const ServedModel> model = loaded_model(reply.error);
+  if (reply.error) return reply;
+  if (model->model == nullptr) return failed(ApiError::internal("the model is not available"));
+  reply.json = expert_report_json(*model->model);
   return reply;
 }
 

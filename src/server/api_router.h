@@ -43,6 +43,9 @@ class ApiRouter {
   Reply get_model(const std::string& id) const;
   Reply tokenize(const HttpRequest& request) const;
   Reply detokenize(const HttpRequest& request) const;
+  Reply admin_experts() const;
+  // The admin key check (ServeOptions::admin_key): nothing, or the error to send.
+  std::optional<ApiError> authorize_admin(const HttpRequest& request) const;
   asio::awaitable<bool> send(Connection& connection, Reply reply);
   asio::awaitable<bool> complete(Connection& connection, const HttpRequest& request,
                                  Endpoint endpoint, const std::optional<gateway::Tenant>& tenant);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/memory_amount.h"
 #include "core/status.h"
 
 namespace tachyon::server {
@@ -43,6 +44,9 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   bool insecure_no_auth = false;
   bool public_metrics = false;
+  // The key of the admin routes (GET /admin/experts), never a tenant key. Unset: those routes
+  // are open when the server requires no keys, refused (403) when it does.
+  std::string admin_key;
 
   bool requires_auth() const { return auth_db || !api_keys.empty(); }
 };
@@ -50,13 +54,6 @@ struct ServeOptions {
 // Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
 bool is_loopback_host(std::string_view host);
 
-// KV cache memory as given on the command line: a fraction of free RAM ("0.25") or a size
-// ("2GiB", "512MiB", "1.5GB", "1000000").
-struct MemoryAmount {
-  double fraction = 0;  // set when given as a fraction in (0, 1]
-  int64_t bytes = 0;    // set when given as a size
-};
-Result<MemoryAmount> parse_memory_amount(std::string_view text);
 
 // "Qwen2.5-0.5B.Q4_0.gguf" → "Qwen2.5-0.5B.Q4_0": the path's file name without a .gguf suffix.
 std::string model_id_from_path(std::string_view path);

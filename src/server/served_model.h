@@ -13,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
+class DecoderModel;
 class Engine;
 }
 
@@ -22,6 +23,8 @@ struct ServedModel {
   std::string id;       // what "model" must say
   int64_t created = 0;  // unix seconds, for /v1/models
   Engine* engine = nullptr;
+  // Read-only views for reports (expert load and cache: thread-safe counters).
+  const DecoderModel* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat answers 400)
   std::string bos_token, eos_token;             // texts the chat template may print

@@ -187,8 +187,12 @@ void append_prometheus_histogram(std::string& out, std::string_view name, std::s
   out += fmt::format("{}_count{{{}}} {}\n", name, labels, snapshot.count);
 }
 
+std::string prometheus_model_labels(std::string_view model_name) {
+  return fmt::format("model_name=\"{}\"", escape_label(model_name));
+}
+
 std::string ServerMetrics::render(const EngineMetrics* engine, std::string_view model_name) const {
-  const std::string labels = fmt::format("model_name=\"{}\"", escape_label(model_name));
+  const std::string labels = prometheus_model_labels(model_name);
   std::string out;
   append_single(out, "tachyon:model_loaded", "gauge", "1 when the model is loaded and serving.",
                 labels, engine ? 1 : 0);

@@ -68,6 +68,9 @@ class ServerMetrics {
   std::atomic<uint64_t> connections_refused_{0};
 };
 
+// The labels every series of the served model carries: model_name="...", escaped.
+std::string prometheus_model_labels(std::string_view model_name);
+
 // Per-key counters of the Gateway (key names only, never secrets), in Prometheus form.
 std::string render_gateway_metrics(const gateway::GatewayMetrics& metrics);
 

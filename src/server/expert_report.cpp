@@ -1,0 +1,104 @@
+#include "server/expert_report.h"
+
+#include <fmt/format.h>
+
+#include "models/expert_cache.h"
+#include "models/expert_load.h"
+
+namespace tachyon::server {
+namespace {
+
+std::string with_layer(std::string_view labels, int layer) {
+  return labels.empty() ? fmt::format("layer=\"{}\"", layer)
+                        : fmt::format("{},layer=\"{}\"", labels, layer);
+}
+
+void append_series(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help, std::string_view labels, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name,
+                     labels, value);
+}
+
+}  // namespace
+
+boost::json::value expert_cache_json(const DecoderModel& model) {
+  const ExpertCache* cache = model.expert_cache();
+  if (cache == nullptr) return nullptr;
+  const ExpertCache::Counters c = cache->counters();
+  const uint64_t lookups = c.hits + c.misses;
+  return boost::json::object{
+      {"hits", c.hits},
+      {"misses", c.misses},
+      {"hit_rate", lookups > 0 ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
+      {"bytes_read", c.bytes_read},
+      {"prefetches", c.prefetches},
+      {"resident_bytes", c.resident_bytes},
+      {"capacity_bytes", c.capacity_bytes},
+      {"expert_bytes", c.expert_bytes},
+      {"slots", cache->num_slots()}};
+}
+
+boost::json::object expert_report_json(const DecoderModel& model) {
+  boost::json::array layers;
+  double max_imbalance = 0, sum_imbalance = 0;
+  int measured = 0;
+  for (const ExpertLoad::Layer& layer : model.expert_load().snapshot()) {
+    const double imbalance = layer.imbalance();
+    if (layer.total() > 0) {
+      max_imbalance = std::max(max_imbalance, imbalance);
+      sum_imbalance += imbalance;
+      ++measured;
+    }
+    layers.push_back(boost::json::object{
+        {"layer", layer.layer},
+        {"selections", layer.total()},
+        {"imbalance", imbalance},
+        {"counts", boost::json::array(layer.counts.begin(), layer.counts.end())}});
+  }
+  return boost::json::object{{"layers", std::move(layers)},
+                             {"max_imbalance", max_imbalance},
+                             {"mean_imbalance", measured > 0 ? sum_imbalance / measured : 0.0},
+                             {"cache", expert_cache_json(model)}};
+}
+
+std::string render_expert_metrics(const DecoderModel& model, std::string_view labels) {
+  std::string out;
+  const std::vector<ExpertLoad::Layer> layers = model.expert_load().snapshot();
+  if (!layers.empty()) {
+    out += "# HELP tachyon:expert_imbalance Most chosen routed expert's selections over the "
+           "mean, per MoE layer, since start (1: even).\n# TYPE tachyon:expert_imbalance gauge\n";
+    for (const ExpertLoad::Layer& layer : layers) {
+      out += fmt::format("tachyon:expert_imbalance{{{}}} {}\n", with_layer(labels, layer.layer),
+                         layer.imbalance());
+    }
+    out += "# HELP tachyon:expert_selections_total Routed-expert choices (tokens times experts "
+           "per token), per MoE layer.\n# TYPE tachyon:expert_selections_total counter\n";
+    for (const ExpertLoad::Layer& layer : layers) {
+      out += fmt::format("tachyon:expert_selections_total{{{}}} {}\n",
+                         with_layer(labels, layer.layer), layer.total());
+    }
+  }
+  const ExpertCache* cache = model.expert_cache();
+  if (cache == nullptr) return out;
+  const ExpertCache::Counters c = cache->counters();
+  append_series(out, "tachyon:expert_cache_hits_total", "counter",
+                "Chosen experts found resident (--experts-mem).", labels,
+                static_cast<double>(c.hits));
+  append_series(out, "tachyon:expert_cache_misses_total", "counter",
+                "Chosen experts read from the model file.", labels, static_cast<double>(c.misses));
+  append_series(out, "tachyon:expert_cache_read_bytes_total", "counter",
+                "Bytes of experts read from the model file.", labels,
+                static_cast<double>(c.bytes_read));
+  append_series(out, "tachyon:expert_cache_prefetches_total", "counter",
+                "Experts the next layer's router predicted, read ahead.", labels,
+                static_cast<double>(c.prefetches));
+  append_series(out, "tachyon:expert_cache_resident_bytes", "gauge",
+                "Bytes of expert slots holding an expert.", labels,
+                static_cast<double>(c.resident_bytes));
+  append_series(out, "tachyon:expert_cache_capacity_bytes", "gauge",
+                "Bytes of all expert slots (--experts-mem).", labels,
+                static_cast<double>(c.capacity_bytes));
+  return out;
+}
+
+}  // namespace tachyon::server
