@@ -21,6 +21,9 @@ kept.
                        of it routed experts): the --experts-mem memory test's model
     --routing skewed   selection biases that favour some experts, as trained routers do (the
                        expert-cache hit rates depend on it); uniform (default): none
+    --type q8_0        every matrix Q8_0 (the router and norms F32) instead of Q4_K_M's types
+    --experts N        N routed experts per MoE layer instead of the shape's (e.g. 136 at Q8_0:
+                       a 35 GB file, 1.5x a 24 GB machine's RAM, for the --experts-mem rows)
 """
 from __future__ import annotations
 
@@ -74,10 +77,19 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="moonlight")
     parser.add_argument("--routing", choices=["uniform", "skewed"], default="uniform")
+    parser.add_argument("--type", choices=["q4_k_m", "q8_0"], default="q4_k_m")
+    parser.add_argument("--experts", type=int, default=0)
     args = parser.parse_args()
-    s = SHAPES[args.shape]
+    s = dict(SHAPES[args.shape])
+    if args.experts:
+        s["experts"] = args.experts
+        s["name"] += f"-{args.experts}-experts"
     suffix = "" if args.routing == "uniform" else "-skewed"
-    path = args.out / f"{s['name']}{suffix}.Q4_K_M.gguf"
+    type_name = "Q4_K_M" if args.type == "q4_k_m" else "Q8_0"
+    path = args.out / f"{s['name']}{suffix}.{type_name}.gguf"
+    # Q4_K_M's types per role, or Q8_0 for every matrix.
+    q8 = args.type == "q8_0"
+    Q4K, Q6K, Q5_0 = (Q.Q8_0,) * 3 if q8 else (Q.Q4_K, Q.Q6_K, Q.Q5_0)
     if path.exists():
         print(path)
         return 0
@@ -85,8 +97,8 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     partial = path.with_suffix(".partial")
     writer = gguf.GGUFWriter(str(partial), arch="deepseek2")
-    writer.add_name(f"random weights, {args.shape} shape, {args.routing} routing, Q4_K_M types")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    writer.add_name(f"random weights, {args.shape} shape, {args.routing} routing, {type_name}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if q8 else gguf.LlamaFileType.MOSTLY_Q4_K_M)
     writer.add_context_length(s["context"])
     writer.add_embedding_length(s["hidden"])
     writer.add_block_count(s["layers"])
@@ -120,33 +132,33 @@ def main() -> int:
         tensors.append((name, qtype, rows, cols, count))
 
     hidden, heads = s["hidden"], s["heads"]
-    matrix("token_embd.weight", Q.Q4_K, s["vocab"], hidden)
+    matrix("token_embd.weight", Q4K, s["vocab"], hidden)
     matrix("output_norm.weight", None, 1, hidden)
-    matrix("output.weight", Q.Q6_K, s["vocab"], hidden)
+    matrix("output.weight", Q6K, s["vocab"], hidden)
     shared_ffn = s["shared"] * s["expert_ffn"]
     for layer in range(s["layers"]):
         p = f"blk.{layer}."
         matrix(p + "attn_norm.weight", None, 1, hidden)
-        matrix(p + "attn_q.weight", Q.Q4_K, heads * (s["nope"] + s["rope"]), hidden)
-        matrix(p + "attn_kv_a_mqa.weight", Q.Q4_K, s["kv_lora"] + s["rope"], hidden)
+        matrix(p + "attn_q.weight", Q4K, heads * (s["nope"] + s["rope"]), hidden)
+        matrix(p + "attn_kv_a_mqa.weight", Q4K, s["kv_lora"] + s["rope"], hidden)
         matrix(p + "attn_kv_a_norm.weight", None, 1, s["kv_lora"])
         matrix(p + "attn_k_b.weight", Q.Q8_0, s["kv_lora"], s["nope"], heads)
-        matrix(p + "attn_v_b.weight", Q.Q4_K, s["value"], s["kv_lora"], heads)
-        matrix(p + "attn_output.weight", Q.Q4_K, hidden, heads * s["value"])
+        matrix(p + "attn_v_b.weight", Q4K, s["value"], s["kv_lora"], heads)
+        matrix(p + "attn_output.weight", Q4K, hidden, heads * s["value"])
         matrix(p + "ffn_norm.weight", None, 1, hidden)
         if layer < s["dense_layers"]:
-            matrix(p + "ffn_gate.weight", Q.Q4_K, s["ffn"], hidden)
-            matrix(p + "ffn_up.weight", Q.Q4_K, s["ffn"], hidden)
-            matrix(p + "ffn_down.weight", Q.Q6_K, hidden, s["ffn"])
+            matrix(p + "ffn_gate.weight", Q4K, s["ffn"], hidden)
+            matrix(p + "ffn_up.weight", Q4K, s["ffn"], hidden)
+            matrix(p + "ffn_down.weight", Q6K, hidden, s["ffn"])
             continue
         matrix(p + "ffn_gate_inp.weight", None, s["experts"], hidden)
         matrix(p + "exp_probs_b.bias", None, 1, s["experts"])
-        matrix(p + "ffn_gate_exps.weight", Q.Q4_K, s["expert_ffn"], hidden, s["experts"])
-        matrix(p + "ffn_up_exps.weight", Q.Q4_K, s["expert_ffn"], hidden, s["experts"])
-        matrix(p + "ffn_down_exps.weight", Q.Q5_0, hidden, s["expert_ffn"], s["experts"])
-        matrix(p + "ffn_gate_shexp.weight", Q.Q4_K, shared_ffn, hidden)
-        matrix(p + "ffn_up_shexp.weight", Q.Q4_K, shared_ffn, hidden)
-        matrix(p + "ffn_down_shexp.weight", Q.Q4_K, hidden, shared_ffn)
+        matrix(p + "ffn_gate_exps.weight", Q4K, s["expert_ffn"], hidden, s["experts"])
+        matrix(p + "ffn_up_exps.weight", Q4K, s["expert_ffn"], hidden, s["experts"])
+        matrix(p + "ffn_down_exps.weight", Q5_0, hidden, s["expert_ffn"], s["experts"])
+        matrix(p + "ffn_gate_shexp.weight", Q4K, shared_ffn, hidden)
+        matrix(p + "ffn_up_shexp.weight", Q4K, shared_ffn, hidden)
+        matrix(p + "ffn_down_shexp.weight", Q4K, hidden, shared_ffn)
 
     def data(qtype, rows: int, cols: int, count: int, name: str) -> np.ndarray:
         if qtype is not None:
