@@ -770,7 +770,9 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   } else {
     std::fill_n(w.projected.begin(), num_tokens * hidden, 0.0f);
   }
-  if (cache != nullptr) cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts);
+  if (cache != nullptr) {
+    cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts, pool);
+  }
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
   int resident = 0;  // with the cache: index of e in step_experts

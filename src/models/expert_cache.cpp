@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/kernel_level.h"
 #include "kernels/cpu/repacked_weights.h"
 
@@ -115,8 +116,8 @@ int ExpertCache::choose_victim() const {
   int victim = -1;
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     const Slot& slot = slots_[i];
-    if (slot.expert < 0) return i;        // a free slot
-    if (slot.last_call == calls_) continue;  // chosen in this very call
+    if (slot.last_call == calls_) continue;  // chosen (or being filled) in this very call
+    if (slot.expert < 0) return i;           // a free slot
     if (victim < 0 || slot.uses < slots_[victim].uses ||
         (slot.uses == slots_[victim].uses && slot.last_call < slots_[victim].last_call)) {
       victim = i;
@@ -142,18 +143,24 @@ void ExpertCache::read_exactly(uint8_t* out, int64_t bytes, int64_t offset, int 
   bytes_read_.fetch_add(static_cast<uint64_t>(bytes), std::memory_order_relaxed);
 }
 
-kernels::WeightMatrix ExpertCache::load_matrix(const kernels::WeightMatrix& w, uint8_t* out,
-                                               int layer, int expert) {
+kernels::WeightMatrix ExpertCache::load_matrix(const kernels::WeightMatrix& w,
+                                               const kernels::WeightMatrix& previous, uint8_t* out,
+                                               std::vector<uint8_t>& staging, int layer,
+                                               int expert) {
   const int64_t bytes = stored_bytes(w);
   const int64_t offset = w.data - file_base_;
   kernels::WeightMatrix resident = w;
   if (repack_ && kernels::RepackedWeights::supports(w)) {
-    staging_.resize(static_cast<size_t>(bytes));
-    read_exactly(staging_.data(), bytes, offset, layer, expert);
+    staging.resize(static_cast<size_t>(bytes));
+    read_exactly(staging.data(), bytes, offset, layer, expert);
     kernels::WeightMatrix staged = w;
-    staged.data = staging_.data();
-    // repack_into wants zeroed memory (a last partial tile's padding).
-    std::memset(out, 0, static_cast<size_t>(kernels::RepackedWeights::packed_bytes(w)));
+    staged.data = staging.data();
+    // repack_into wants zeroed memory (padding: a last partial tile, Q6_K's scales): the slot
+    // was zeroed when allocated, and a matrix of the same type and shape leaves the same
+    // padding bytes zero; another kind of matrix may not have.
+    if (previous.type != w.type || previous.rows != w.rows || previous.cols != w.cols) {
+      std::memset(out, 0, static_cast<size_t>(kernels::RepackedWeights::packed_bytes(w)));
+    }
     kernels::RepackedWeights::repack_into(staged, out);
     // `data` stays the mapping's, as for resident repacked matrices; the SIMD kernels read
     // only `packed`.
@@ -166,15 +173,31 @@ kernels::WeightMatrix ExpertCache::load_matrix(const kernels::WeightMatrix& w, u
   return resident;
 }
 
-void ExpertCache::acquire(int layer, std::span<const int> experts, std::vector<Resident>& out) {
+void ExpertCache::fill(Slot& slot, const Source& source, int layer, int expert,
+                       std::vector<uint8_t>& staging) {
+  uint8_t* memory = slot.memory;
+  slot.gate = load_matrix(source.gate, slot.gate, memory, staging, layer, expert);
+  memory += slot_bytes(source.gate);
+  slot.up = load_matrix(source.up, slot.up, memory, staging, layer, expert);
+  memory += slot_bytes(source.up);
+  slot.down = load_matrix(source.down, slot.down, memory, staging, layer, expert);
+  // The slot holds the expert now: the page cache's copy would only hold the same bytes twice,
+  // where another expert could be (the RAM left beside the slots caches the file too).
+  for (const kernels::WeightMatrix* w : {&source.gate, &source.up, &source.down}) {
+    (void)::posix_fadvise(fd_, w->data - file_base_, stored_bytes(*w), POSIX_FADV_DONTNEED);
+  }
+}
+
+void ExpertCache::acquire(int layer, std::span<const int> experts, std::vector<Resident>& out,
+                          ThreadPool& pool) {
   ++calls_;
   std::vector<Source>& sources = layers_.at(layer);
   out.resize(experts.size());
-  // Hits first, so that no miss evicts an expert this call needs; the misses' bytes are asked
-  // for all at once, so the file reads them while the first ones are repacked.
+  // The misses' bytes are asked for all at once, so the file reads them in parallel.
   for (const int e : experts) {
     if (sources.at(e).slot < 0) advise(sources[e]);
   }
+  // Hits first, so that no miss evicts an expert this call needs.
   for (const int e : experts) {
     const int slot = sources[e].slot;
     if (slot >= 0) slots_[slot].last_call = calls_;
@@ -184,34 +207,63 @@ void ExpertCache::acquire(int layer, std::span<const int> experts, std::vector<R
     for (Slot& slot : slots_) slot.uses *= 0.5;
     acquisitions_since_aging_ = 0;
   }
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const int e = experts[i];
-    Source& source = sources[e];
-    if (source.slot >= 0) {
+  // Each miss gets a slot (its occupant evicted), then every thread fills some of them.
+  struct Fill {
+    int expert;
+    int slot;
+    std::string error;
+  };
+  std::vector<Fill> fills;
+  for (const int e : experts) {
+    if (sources[e].slot >= 0) {
       hits_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      misses_.fetch_add(1, std::memory_order_relaxed);
-      const int victim = choose_victim();
-      Slot& slot = slots_.at(victim);  // allocate() made room for a whole layer
-      if (slot.expert >= 0) {
-        layers_[slot.layer][slot.expert].slot = -1;
-        resident_bytes_.fetch_sub(slot_size_, std::memory_order_relaxed);
+      continue;
+    }
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    const int victim = choose_victim();
+    Slot& slot = slots_.at(victim);  // allocate() made room for a whole layer
+    if (slot.expert >= 0) {
+      layers_[slot.layer][slot.expert].slot = -1;
+      resident_bytes_.fetch_sub(slot_size_, std::memory_order_relaxed);
+    }
+    slot.layer = slot.expert = -1;  // empty until filled (a failed read leaves it so)
+    slot.uses = 0;
+    slot.last_call = calls_;
+    fills.push_back(Fill{e, victim, {}});
+  }
+  if (!fills.empty()) {
+    staging_.resize(static_cast<size_t>(pool.num_threads()));
+    auto fill_some = [&](int thread, int num_threads) {
+      for (size_t i = static_cast<size_t>(thread); i < fills.size(); i += num_threads) {
+        try {
+          fill(slots_[fills[i].slot], sources[fills[i].expert], layer, fills[i].expert,
+               staging_[thread]);
+        } catch (const ModelReadError& error) {
+          fills[i].error = error.what();
+        }
       }
-      // Empty until it holds the whole expert (a failed read leaves it free).
-      slot.layer = slot.expert = -1;
-      slot.uses = 0;
-      uint8_t* memory = slot.memory;
-      slot.gate = load_matrix(source.gate, memory, layer, e);
-      memory += slot_bytes(source.gate);
-      slot.up = load_matrix(source.up, memory, layer, e);
-      memory += slot_bytes(source.up);
-      slot.down = load_matrix(source.down, memory, layer, e);
+    };
+    if (fills.size() == 1) {
+      fill_some(0, 1);
+    } else {
+      pool.run(fill_some);
+    }
+    const std::string* failure = nullptr;
+    for (const Fill& done : fills) {
+      if (!done.error.empty()) {
+        failure = &done.error;
+        continue;
+      }
+      Slot& slot = slots_[done.slot];
       slot.layer = layer;
-      slot.expert = e;
-      source.slot = victim;
+      slot.expert = done.expert;
+      sources[done.expert].slot = done.slot;
       resident_bytes_.fetch_add(slot_size_, std::memory_order_relaxed);
     }
-    Slot& slot = slots_[source.slot];
+    if (failure != nullptr) throw ModelReadError(*failure);
+  }
+  for (size_t i = 0; i < experts.size(); ++i) {
+    Slot& slot = slots_[sources[experts[i]].slot];
     slot.uses += 1;
     slot.last_call = calls_;
     out[i] = Resident{&slot.gate, &slot.up, &slot.down};

@@ -20,6 +20,7 @@
 
 #include "core/huge_page_arena.h"
 #include "core/memory_amount.h"
+#include "core/thread_pool.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
 
@@ -70,9 +71,11 @@ class ExpertCache {
   // choose every one of them), else an error that says how much it needs.
   Status allocate(const MemoryAmount& limit);
 
-  // Makes `experts` (distinct ids) of `layer` resident, reading the missing ones from the file,
+  // Makes `experts` (distinct ids) of `layer` resident, reading the missing ones from the file
+  // (on every thread of `pool`: reads in parallel, each repacked by the thread that read it),
   // and writes their matrices to out[i]. Throws ModelReadError when the file fails.
-  void acquire(int layer, std::span<const int> experts, std::vector<Resident>& out);
+  void acquire(int layer, std::span<const int> experts, std::vector<Resident>& out,
+               ThreadPool& pool);
   // Asks the kernel to read ahead the file bytes of those of `experts` not resident (the next
   // layer's likely choice, while this one computes).
   void prefetch(int layer, std::span<const int> experts);
@@ -102,10 +105,14 @@ class ExpertCache {
   int choose_victim() const;
   // Asks the kernel to read the expert's bytes ahead (posix_fadvise WILLNEED).
   void advise(const Source& source) const;
-  // Reads `w`'s bytes from the file and puts them at `out` in the slot's layout; returns the
-  // matrix as the kernels read it.
-  kernels::WeightMatrix load_matrix(const kernels::WeightMatrix& w, uint8_t* out, int layer,
-                                    int expert);
+  // Reads `w`'s bytes from the file (through `staging` when repacking) and puts them at `out`
+  // in the slot's layout, where `previous` was; returns the matrix as the kernels read it.
+  kernels::WeightMatrix load_matrix(const kernels::WeightMatrix& w,
+                                    const kernels::WeightMatrix& previous, uint8_t* out,
+                                    std::vector<uint8_t>& staging, int layer, int expert);
+  // Reads an expert's three matrices into `slot` (any thread; throws ModelReadError).
+  void fill(Slot& slot, const Source& source, int layer, int expert,
+            std::vector<uint8_t>& staging);
   void read_exactly(uint8_t* out, int64_t bytes, int64_t offset, int layer, int expert);
 
   int fd_ = -1;
@@ -115,7 +122,8 @@ class ExpertCache {
   std::vector<std::vector<Source>> layers_;
   std::vector<Slot> slots_;
   int64_t slot_size_ = 0;
-  std::vector<uint8_t> staging_;  // a matrix as the file holds it, before repacking
+  // Per pool thread: a matrix as the file holds it, before repacking.
+  std::vector<std::vector<uint8_t>> staging_;
   HugePageArena arena_;
   uint64_t calls_ = 0;
   uint64_t acquisitions_since_aging_ = 0;
