@@ -393,7 +393,10 @@ void DecoderModel::prepare_workspace(int num_tokens) {
   w.attention.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
   w.projected.resize(num_tokens * hidden);
   const MixtureOfExpertsConfig& moe = config_.moe;
-  const int64_t ffn = std::max({config_.ffn_size, moe.expert_ffn_size, moe.shared_ffn_size});
+  // Per token: the dense FFN's or shared experts' rows, or every chosen expert's.
+  const int64_t ffn = std::max({static_cast<int64_t>(config_.ffn_size),
+                                static_cast<int64_t>(moe.shared_ffn_size),
+                                static_cast<int64_t>(moe.expert_ffn_size) * moe.experts_per_token});
   w.gate.resize(num_tokens * ffn);
   w.up.resize(num_tokens * ffn);
   if (config_.mla.enabled()) {
@@ -411,8 +414,8 @@ void DecoderModel::prepare_workspace(int num_tokens) {
     w.router_logits.resize(static_cast<int64_t>(num_tokens) * moe.num_experts);
     w.chosen_experts.resize(static_cast<size_t>(num_tokens) * moe.experts_per_token);
     w.expert_weights.resize(static_cast<size_t>(num_tokens) * moe.experts_per_token);
-    w.expert_input.resize(num_tokens * hidden);
-    w.expert_output.resize(num_tokens * hidden);
+    w.expert_input.resize(num_tokens * moe.experts_per_token * hidden);
+    w.expert_output.resize(num_tokens * moe.experts_per_token * hidden);
   }
   rope_.compute_angles(w.positions, w.rope_cos, w.rope_sin);
   if (config_.has_local_layers()) {
@@ -682,18 +685,6 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
   multiply(output, w.head_values.data(), num_tokens, pool);
 }
 
-void DecoderModel::swiglu_feed_forward(const kernels::WeightMatrix& gate,
-                                       const kernels::WeightMatrix& up,
-                                       const kernels::WeightMatrix& down, const float* input,
-                                       int num_tokens, float* out, ThreadPool& pool) {
-  Workspace& w = workspace_;
-  auto rows = [&](int64_t begin, int64_t end) { swiglu_rows(gate.rows, num_tokens, begin, end); };
-  const kernels::RowEpilogue epilogue(rows);
-  const kernels::MatmulProduct gate_up[] = {{&gate, w.gate.data()}, {&up, w.up.data()}};
-  kernels::matmul_many(gate_up, input, num_tokens, pool, &epilogue);
-  kernels::matmul(down, w.gate.data(), num_tokens, out, pool);
-}
-
 void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_tokens,
                                              ThreadPool& pool) {
   Workspace& w = workspace_;
@@ -736,14 +727,15 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
     const int count = w.expert_offsets[e + 1] - w.expert_offsets[e];
     if (count > 0) expert_load_.add(experts.model_layer, e, static_cast<uint64_t>(count));
   }
+  // The chosen experts, ascending.
+  w.step_experts.clear();
+  for (int e = 0; e < moe.num_experts; ++e) {
+    if (w.expert_offsets[e + 1] > w.expert_offsets[e]) w.step_experts.push_back(e);
+  }
   // --experts-mem: the file starts reading this layer's missing experts and the next layer's
   // likely ones while the shared experts compute.
   ExpertCache* cache = weights_.expert_cache.get();
   if (cache != nullptr) {
-    w.step_experts.clear();
-    for (int e = 0; e < moe.num_experts; ++e) {
-      if (w.expert_offsets[e + 1] > w.expert_offsets[e]) w.step_experts.push_back(e);
-    }
     cache->prefetch(experts.cache_layer, w.step_experts);
     prefetch_next_experts(experts, num_tokens, pool);
   }
@@ -773,32 +765,88 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   if (cache != nullptr) {
     cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts, pool);
   }
+  run_chosen_experts(experts, num_tokens, pool);
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
-  int resident = 0;  // with the cache: index of e in step_experts
-  for (int e = 0; e < moe.num_experts; ++e) {
-    const int first = w.expert_offsets[e];
-    const int count = w.expert_offsets[e + 1] - first;
-    if (count == 0) continue;
-    for (int i = 0; i < count; ++i) {
-      std::memcpy(w.expert_input.data() + i * hidden,
-                  w.normed.data() + w.expert_tokens[first + i] * hidden, hidden * sizeof(float));
-    }
-    if (cache != nullptr) {
-      const ExpertCache::Resident& matrices = w.resident_experts[resident++];
-      swiglu_feed_forward(*matrices.gate, *matrices.up, *matrices.down, w.expert_input.data(),
-                          count, w.expert_output.data(), pool);
-    } else {
-      swiglu_feed_forward(experts.gate[e], experts.up[e], experts.down[e], w.expert_input.data(),
-                          count, w.expert_output.data(), pool);
-    }
-    for (int i = 0; i < count; ++i) {
-      const float weight = w.expert_token_weights[first + i];
-      float* out = w.projected.data() + w.expert_tokens[first + i] * hidden;
-      const float* y = w.expert_output.data() + i * hidden;
+  for (const int e : w.step_experts) {
+    for (int slot = w.expert_offsets[e]; slot < w.expert_offsets[e + 1]; ++slot) {
+      const float weight = w.expert_token_weights[slot];
+      float* out = w.projected.data() + w.expert_tokens[slot] * hidden;
+      const float* y = w.expert_output.data() + slot * hidden;
       for (int64_t c = 0; c < hidden; ++c) out[c] += weight * y[c];
     }
   }
+}
+
+void DecoderModel::run_chosen_experts(const ExpertWeights& experts, int num_tokens,
+                                      ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const MixtureOfExpertsConfig& moe = config_.moe;
+  const int64_t hidden = config_.hidden_size;
+  const int64_t ffn = moe.expert_ffn_size;
+  const int pairs = num_tokens * moe.experts_per_token;  // (token, chosen expert) pairs
+  const size_t count = w.step_experts.size();
+  const kernels::KernelLevel level = kernels::active_kernel_level();
+  // Every pair's input row, expert by expert (expert_tokens' order).
+  for_token_ranges(pairs, pool, [&](int first, int end) {
+    for (int slot = first; slot < end; ++slot) {
+      std::memcpy(w.expert_input.data() + slot * hidden,
+                  w.normed.data() + w.expert_tokens[slot] * hidden, hidden * sizeof(float));
+    }
+  });
+  while (w.expert_gate_up_inputs.size() < count) w.expert_gate_up_inputs.emplace_back();
+  while (w.expert_down_inputs.size() < count) w.expert_down_inputs.emplace_back();
+  w.expert_products.resize(2 * count);
+  w.expert_product_inputs.resize(2 * count);
+  // Each chosen expert's quantized input rows; on the pool when there are many.
+  auto quantize = [&](std::deque<kernels::MatmulInput>& inputs) {
+    if (pairs <= 16) {
+      for (size_t i = 0; i < count; ++i) inputs[i].quantize_rows(0, inputs[i].num_tokens());
+      return;
+    }
+    pool.parallel_for(static_cast<int64_t>(count), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) inputs[i].quantize_rows(0, inputs[i].num_tokens());
+    });
+  };
+  auto matrices = [&](size_t i) -> ExpertCache::Resident {
+    if (experts.cache_layer >= 0) return w.resident_experts[i];
+    const int e = w.step_experts[i];
+    return {&experts.gate[e], &experts.up[e], &experts.down[e]};
+  };
+  // Gate and up of every chosen expert in one pass of the pool, SwiGLU as its epilogue over
+  // all pairs' rows.
+  for (size_t i = 0; i < count; ++i) {
+    const int e = w.step_experts[i];
+    const int first = w.expert_offsets[e];
+    const ExpertCache::Resident m = matrices(i);
+    kernels::MatmulProduct* gate_up = &w.expert_products[2 * i];
+    gate_up[0] = {m.gate, w.gate.data() + first * ffn};
+    gate_up[1] = {m.up, w.up.data() + first * ffn};
+    w.expert_gate_up_inputs[i].prepare(level, std::span<const kernels::MatmulProduct>(gate_up, 2),
+                                       w.expert_input.data() + first * hidden,
+                                       w.expert_offsets[e + 1] - first);
+    w.expert_product_inputs[2 * i] = w.expert_product_inputs[2 * i + 1] =
+        &w.expert_gate_up_inputs[i];
+  }
+  quantize(w.expert_gate_up_inputs);
+  auto rows = [&](int64_t begin, int64_t end) { swiglu_rows(ffn, pairs, begin, end); };
+  const kernels::RowEpilogue epilogue(rows);
+  kernels::matmul_each(w.expert_products, w.expert_product_inputs, pool, &epilogue);
+  // Then every chosen expert's down product of its SwiGLU rows, in one pass.
+  for (size_t i = 0; i < count; ++i) {
+    const int e = w.step_experts[i];
+    const int first = w.expert_offsets[e];
+    kernels::MatmulProduct& down = w.expert_products[i];
+    down = {matrices(i).down, w.expert_output.data() + first * hidden};
+    w.expert_down_inputs[i].prepare(level, std::span<const kernels::MatmulProduct>(&down, 1),
+                                    w.gate.data() + first * ffn, w.expert_offsets[e + 1] - first);
+    w.expert_product_inputs[i] = &w.expert_down_inputs[i];
+  }
+  quantize(w.expert_down_inputs);
+  kernels::matmul_each(std::span<const kernels::MatmulProduct>(w.expert_products.data(), count),
+                       std::span<const kernels::MatmulInput* const>(
+                           w.expert_product_inputs.data(), count),
+                       pool);
 }
 
 void DecoderModel::prefetch_next_experts(const ExpertWeights& experts, int num_tokens,

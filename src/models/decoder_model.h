@@ -3,6 +3,7 @@
 // KV heads and RoPE (global or sliding-window), then a SwiGLU (GeGLU) feed-forward block.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -152,8 +153,15 @@ class DecoderModel {
     std::vector<int> expert_offsets;     // [experts + 1] into expert_tokens
     std::vector<int> expert_next;        // [experts] the next free slot of each, while filling
     std::vector<float> expert_token_weights;  // the weight of each expert_tokens entry
-    AlignedVector<float> expert_input;   // f32 [tokens, hidden]: an expert's tokens' rows
-    AlignedVector<float> expert_output;  // f32 [tokens, hidden]
+    // Every (token, chosen expert) pair's row, expert by expert (expert_tokens' order).
+    AlignedVector<float> expert_input;   // f32 [tokens * experts_per_token, hidden]
+    AlignedVector<float> expert_output;  // f32 [tokens * experts_per_token, hidden]
+    // Per chosen expert: its quantized gate/up input and down input (deques: MatmulInput
+    // holds pointers into its own buffers, so it never moves), and the products of one pass.
+    std::deque<kernels::MatmulInput> expert_gate_up_inputs;
+    std::deque<kernels::MatmulInput> expert_down_inputs;
+    std::vector<kernels::MatmulProduct> expert_products;
+    std::vector<const kernels::MatmulInput*> expert_product_inputs;
     // --experts-mem: the step's chosen experts (ascending) and their resident matrices, and the
     // next layer's likely choice (its router on this layer's input) to read ahead.
     std::vector<int> step_experts;
@@ -211,6 +219,10 @@ class DecoderModel {
                               bool add_projected, StoreTokens store, Attend attend,
                               ThreadPool& pool);
   void expert_feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
+  // The chosen experts (workspace_.step_experts) on their tokens: gate and up of all of them in
+  // one pass of the pool (SwiGLU as its epilogue), then all downs in another, into
+  // workspace_.expert_output (f32 [pairs, hidden], expert_tokens' order).
+  void run_chosen_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after
   // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
   void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
@@ -224,11 +236,6 @@ class DecoderModel {
   void swiglu_rows(int64_t ffn, int num_tokens, int64_t begin, int64_t end);
   // workspace_.projected = norm(projected, weight) token by token (Gemma's post norms).
   void normalize_projected(const float* weight, int num_tokens, ThreadPool& pool);
-  // SwiGLU feed-forward of `input` rows (f32 [num_tokens, hidden]) into `out`, using
-  // workspace_.gate / up: gate and up products with SwiGLU as their epilogue, then down.
-  void swiglu_feed_forward(const kernels::WeightMatrix& gate, const kernels::WeightMatrix& up,
-                           const kernels::WeightMatrix& down, const float* input,
-                           int num_tokens, float* out, ThreadPool& pool);
   // workspace_.normed = norm(residual (+= projected if `add_projected`), weight), token by token,
   // each row quantized right away for `consumers` (the products that read it next).
   void add_and_normalize(const float* weight, bool add_projected,

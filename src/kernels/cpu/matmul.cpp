@@ -160,28 +160,32 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
   matmul_many(products, input, pool, epilogue);
 }
 
-void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& input,
-                 ThreadPool& pool, const RowEpilogue* epilogue) {
-  const KernelLevel level = input.level();
-  const int64_t num_tokens = input.num_tokens();
-  const float* x = input.x();
-  for (const MatmulProduct& product : products) {
-    const WeightMatrix& w = *product.w;
+namespace {
+
+// products[j] reads inputs[j] (all prepared at one level): one pass over the pool for all.
+void run_products(std::span<const MatmulProduct> products,
+                  std::span<const MatmulInput* const> inputs, ThreadPool& pool,
+                  const RowEpilogue* epilogue) {
+  TACHYON_CHECK(inputs.size() == products.size());
+  if (products.empty()) return;
+  const KernelLevel level = inputs[0]->level();
+  for (size_t j = 0; j < products.size(); ++j) {
+    const WeightMatrix& w = *products[j].w;
     TACHYON_CHECK(matmul_supports(w.type));
     TACHYON_CHECK(w.rows >= 0 && w.cols >= 0);
-    TACHYON_CHECK(input.serves(w));
+    TACHYON_CHECK(inputs[j]->serves(w));
+    TACHYON_CHECK(inputs[j]->level() == level);
     TACHYON_CHECK(epilogue == nullptr || w.rows == products[0].w->rows);
     TACHYON_CHECK(w.cols % dtype_info(w.type).block_elements == 0);
   }
-  if (products.empty() || num_tokens == 0) return;
   note_family_level(KernelFamily::kMatmul, level);
   if (level == KernelLevel::kReference) {
     // The oracle, single-threaded: for tests and for TACHYON_CPU_LEVEL=portable debugging.
-    for (const MatmulProduct& product : products) {
-      const WeightMatrix& w = *product.w;
-      if (w.rows == 0) continue;
-      const Status status =
-          reference::matmul(w.type, w.data, w.rows, w.cols, x, num_tokens, product.y);
+    for (size_t j = 0; j < products.size(); ++j) {
+      const WeightMatrix& w = *products[j].w;
+      if (w.rows == 0 || inputs[j]->num_tokens() == 0) continue;
+      const Status status = reference::matmul(w.type, w.data, w.rows, w.cols, inputs[j]->x(),
+                                              inputs[j]->num_tokens(), products[j].y);
       TACHYON_CHECK(status.ok());
     }
     if (epilogue != nullptr && products[0].w->rows > 0) (*epilogue)(0, products[0].w->rows);
@@ -195,22 +199,25 @@ void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& inp
   thread_local std::vector<MatmulJob> many_jobs;
   if (products.size() > kStackJobs) many_jobs.resize(products.size());
   MatmulJob* const jobs = products.size() > kStackJobs ? many_jobs.data() : stack_jobs;
+  size_t num_jobs = 0;
   for (size_t j = 0; j < products.size(); ++j) {
     const WeightMatrix& w = *products[j].w;
-    jobs[j] = MatmulJob{level,
-                        &w,
-                        x,
-                        num_tokens,
-                        products[j].y,
-                        MatmulInput::format_of(w) == MatmulInput::Format::kQ8K,
-                        &input.q8(),
-                        &input.q8_k()};
+    const MatmulInput& input = *inputs[j];
+    if (input.num_tokens() == 0) continue;
+    jobs[num_jobs++] = MatmulJob{level,
+                                 &w,
+                                 input.x(),
+                                 input.num_tokens(),
+                                 products[j].y,
+                                 MatmulInput::format_of(w) == MatmulInput::Format::kQ8K,
+                                 &input.q8(),
+                                 &input.q8_k()};
   }
-  const size_t num_jobs = products.size();
+  if (num_jobs == 0) return;
   // One pass over the pool for all of them: each thread takes its share of every matrix, the
   // shares following the threads' recent speeds (ThreadBalance). Which thread computes a row
   // does not change its result.
-  ThreadBalance& balance = balance_for(products, num_tokens, pool.num_threads());
+  ThreadBalance& balance = balance_for(products, inputs[0]->num_tokens(), pool.num_threads());
   const MatmulJob* job_list = jobs;
   ThreadBalance* shares = &balance;
   // Each thread's time counts from the run's start, so a worker's wake-up delay is part of what
@@ -231,6 +238,30 @@ void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& inp
     shares->record(index, bytes, seconds.count());
   });
   balance.update();
+}
+
+}  // namespace
+
+void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& input,
+                 ThreadPool& pool, const RowEpilogue* epilogue) {
+  if (products.empty() || input.num_tokens() == 0) {
+    for (const MatmulProduct& product : products) TACHYON_CHECK(input.serves(*product.w));
+    return;
+  }
+  constexpr size_t kStackInputs = 8;
+  const MatmulInput* stack_inputs[kStackInputs];
+  thread_local std::vector<const MatmulInput*> many_inputs;
+  if (products.size() > kStackInputs) many_inputs.resize(products.size());
+  const MatmulInput** inputs = products.size() > kStackInputs ? many_inputs.data() : stack_inputs;
+  for (size_t j = 0; j < products.size(); ++j) inputs[j] = &input;
+  run_products(products, std::span<const MatmulInput* const>(inputs, products.size()), pool,
+               epilogue);
+}
+
+void matmul_each(std::span<const MatmulProduct> products,
+                 std::span<const MatmulInput* const> inputs, ThreadPool& pool,
+                 const RowEpilogue* epilogue) {
+  run_products(products, inputs, pool, epilogue);
 }
 
 }  // namespace tachyon::kernels

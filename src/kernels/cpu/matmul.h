@@ -81,5 +81,12 @@ void matmul_many_at_level(KernelLevel level, std::span<const MatmulProduct> prod
 class MatmulInput;
 void matmul_many(std::span<const MatmulProduct> products, const MatmulInput& input,
                  ThreadPool& pool, const RowEpilogue* epilogue = nullptr);
+// Products that each read their own prepared input (inputs[j] for products[j], all at one
+// level; e.g. each chosen expert of a MoE layer on the tokens that chose it): one pass over
+// the pool for all of them, results identical to one matmul_many per product. `epilogue` as
+// in matmul_many (all products then have the same rows).
+void matmul_each(std::span<const MatmulProduct> products,
+                 std::span<const MatmulInput* const> inputs, ThreadPool& pool,
+                 const RowEpilogue* epilogue = nullptr);
 
 }  // namespace tachyon::kernels
