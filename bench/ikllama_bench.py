@@ -41,9 +41,13 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 class Bench:
-    def __init__(self, model_path: Path, threads: int, n_ubatch: int):
+    def __init__(self, model_path: Path, threads: int, n_ubatch: int, repack: bool = False):
         params = L.llama_model_default_params()
         params.n_gpu_layers = 0
+        # -rtr: weights repacked at load into ik_llama.cpp's run-time layouts (no mmap then).
+        params.repack_tensors = repack
+        if repack:
+            params.use_mmap = False
         self.model = L.llama_model_load_from_file(str(model_path).encode(), params)
         if not self.model:
             raise SystemExit(f"failed to load {model_path}")
@@ -178,9 +182,12 @@ def main() -> int:
     parser.add_argument("--parallel-prompt", type=int, default=128)
     parser.add_argument("--parallel-gen", type=int, default=64)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rtr", action="store_true",
+                        help="run-time repacking (ik_llama.cpp's -rtr); MLA mode 3, fused MoE "
+                             "and flash attention are its defaults")
     args = parser.parse_args()
     L.llama_backend_init()
-    bench = Bench(args.model.expanduser(), args.threads, args.ubatch_size)
+    bench = Bench(args.model.expanduser(), args.threads, args.ubatch_size, args.rtr)
     results = []
     if args.n_prompt > 0:
         results.append(bench.test_pp(args.n_prompt, args.reps))
