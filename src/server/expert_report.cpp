@@ -81,23 +81,27 @@ std::string render_expert_metrics(const DecoderModel& model, std::string_view la
   const ExpertCache* cache = model.expert_cache();
   if (cache == nullptr) return out;
   const ExpertCache::Counters c = cache->counters();
-  append_series(out, "tachyon:expert_cache_hits_total", "counter",
-                "Chosen experts found resident (--experts-mem).", labels,
-                static_cast<double>(c.hits));
-  append_series(out, "tachyon:expert_cache_misses_total", "counter",
-                "Chosen experts read from the model file.", labels, static_cast<double>(c.misses));
-  append_series(out, "tachyon:expert_cache_read_bytes_total", "counter",
-                "Bytes of experts read from the model file.", labels,
-                static_cast<double>(c.bytes_read));
-  append_series(out, "tachyon:expert_cache_prefetches_total", "counter",
-                "Experts the next layer's router predicted, read ahead.", labels,
-                static_cast<double>(c.prefetches));
-  append_series(out, "tachyon:expert_cache_resident_bytes", "gauge",
-                "Bytes of expert slots holding an expert.", labels,
-                static_cast<double>(c.resident_bytes));
-  append_series(out, "tachyon:expert_cache_capacity_bytes", "gauge",
-                "Bytes of all expert slots (--experts-mem).", labels,
-                static_cast<double>(c.capacity_bytes));
+  const struct {
+    const char* name;
+    const char* type;
+    const char* help;
+    double value;
+  } series[] = {
+      {"tachyon:expert_cache_hits_total", "counter",
+       "Chosen experts found resident (--experts-mem).", static_cast<double>(c.hits)},
+      {"tachyon:expert_cache_misses_total", "counter", "Chosen experts read from the model file.",
+       static_cast<double>(c.misses)},
+      {"tachyon:expert_cache_read_bytes_total", "counter",
+       "Bytes of experts read from the model file.", static_cast<double>(c.bytes_read)},
+      {"tachyon:expert_cache_prefetches_total", "counter",
+       "Experts the next layer's router predicted, read ahead.",
+       static_cast<double>(c.prefetches)},
+      {"tachyon:expert_cache_resident_bytes", "gauge", "Bytes of expert slots holding an expert.",
+       static_cast<double>(c.resident_bytes)},
+      {"tachyon:expert_cache_capacity_bytes", "gauge", "Bytes of all expert slots (--experts-mem).",
+       static_cast<double>(c.capacity_bytes)},
+  };
+  for (const auto& s : series) append_series(out, s.name, s.type, s.help, labels, s.value);
   return out;
 }
 
