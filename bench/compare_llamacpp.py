@@ -22,7 +22,9 @@ DEFAULT_MODEL = Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyo
 
 def run_json(command: list[str]) -> dict[str, float]:
     result = subprocess.run(command, capture_output=True, text=True, check=True)
-    return {row["test"]: row["tokens_per_second"] for row in json.loads(result.stdout)}
+    # (tachyon's report also has entries without a speed: memory, experts)
+    return {row["test"]: row["tokens_per_second"] for row in json.loads(result.stdout)
+            if "tokens_per_second" in row}
 
 
 def cpu_model() -> str:

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -23,7 +23,9 @@ int64_t round_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment *
 
 std::string format_bytes(int64_t bytes) {
   const double value = static_cast<double>(bytes);
-  if (value >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", value / (1024.0 * 1024 * 1024));
+  if (value >= 1024.0 * 1024 * 1024) {
+    return fmt::format("{:.2f} GiB", value / (1024.0 * 1024 * 1024));
+  }
   if (value >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", value / (1024.0 * 1024));
   if (value >= 1024.0) return fmt::format("{:.1f} KiB", value / 1024.0);
   return fmt::format("{} bytes", bytes);
@@ -91,8 +93,7 @@ Status ExpertCache::allocate(const MemoryAmount& limit) {
   uint8_t* memory = arena_.try_allocate(static_cast<size_t>(slot_size_) * count);
   if (memory == nullptr) {
     return out_of_range(fmt::format("--experts-mem: cannot reserve {} for {} expert slots",
-                                          format_bytes(slot_size_ * static_cast<int64_t>(count)),
-                                          count));
+                                    format_bytes(slot_size_ * static_cast<int64_t>(count)), count));
   }
   slots_.resize(count);
   for (size_t i = 0; i < count; ++i) slots_[i].memory = memory + slot_size_ * static_cast<int64_t>(i);
@@ -133,10 +134,12 @@ void ExpertCache::read_exactly(uint8_t* out, int64_t bytes, int64_t offset, int 
     const ssize_t got = ::pread(fd_, out + done, static_cast<size_t>(bytes - done), offset + done);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
+      // (Any pool thread may be here: the error code's message, not strerror's buffer.)
       throw ModelReadError(fmt::format(
           "cannot read expert {} of layer {} from {} (bytes {}..{}): {}", expert, layer, path_,
           offset, offset + bytes,
-          got == 0 ? "the file is shorter than when it was loaded" : std::strerror(errno)));
+          got == 0 ? "the file is shorter than when it was loaded"
+                   : std::error_code(errno, std::generic_category()).message()));
     }
     done += got;
   }

@@ -194,29 +194,32 @@ def main() -> int:
               result.stdout + result.stderr)
         result = run(t, "bench", "-m", str(tiny), "-p", "32", "-n", "8", "-r", "2", "--json")
         report = json.loads(result.stdout) if result.returncode == 0 else []
-        check("bench --json lists pp, tg (mean and each repetition) and the decode roofline",
-              [r["test"] for r in report] == ["pp32", "tg8", "roofline"] and
-              all(r["tokens_per_second"] > 0 for r in report) and
+        check("bench --json lists pp, tg (mean and each repetition), the process's anonymous "
+              "memory and the decode roofline",
+              [r["test"] for r in report] == ["pp32", "tg8", "memory", "roofline"] and
               all(len(r["samples"]) == 2 and min(r["samples"]) > 0 and
                   abs(sum(r["samples"]) / 2 - r["tokens_per_second"])
                   < 1e-6 * r["tokens_per_second"] for r in report[:2]) and
-              report[2].get("read_bandwidth_gb_per_s", 0) > 0 and
-              report[2].get("bytes_per_token", 0) > 0 and
-              report[2].get("tg_fraction_of_roofline", 0) > 0,
+              report[2].get("anonymous_resident_bytes", 0) > 0 and
+              report[3].get("tokens_per_second", 0) > 0 and
+              report[3].get("read_bandwidth_gb_per_s", 0) > 0 and
+              report[3].get("bytes_per_token", 0) > 0 and
+              report[3].get("tg_fraction_of_roofline", 0) > 0,
               result.stdout + result.stderr)
         result = run(t, "bench", "-m", str(tiny), "-p", "16", "-n", "4", "-r", "1", "--json",
                      "--no-roofline")
         report = json.loads(result.stdout) if result.returncode == 0 else []
-        check("bench --no-roofline: only pp and tg",
-              [r["test"] for r in report] == ["pp16", "tg4"], result.stdout + result.stderr)
+        check("bench --no-roofline: pp and tg (and memory), no roofline",
+              [r["test"] for r in report] == ["pp16", "tg4", "memory"],
+              result.stdout + result.stderr)
         # Speculation: the copy test with and without it, and the drafts' counts (the default
         # model copies the repeated prompt, so guesses are made and most are accepted).
         result = run(t, "bench", "-p", "0", "-n", "32", "-r", "1", "--json", "--no-roofline",
                      "--speculative", "ngram", "--spec-fixed")
         report = json.loads(result.stdout) if result.returncode == 0 else []
-        spec = report[-1].get("speculative", {}) if report else {}
+        spec = next((r.get("speculative", {}) for r in report if r["test"] == "copy32_ngram"), {})
         check("bench --speculative ngram: copy32 and copy32_ngram with the draft counts",
-              [r["test"] for r in report] == ["tg32", "copy32", "copy32_ngram"] and
+              [r["test"] for r in report] == ["tg32", "copy32", "copy32_ngram", "memory"] and
               spec.get("draft_tokens", 0) > 0 and
               0 < spec.get("accepted_draft_tokens", 0) <= spec["draft_tokens"] and
               spec.get("mode") == "ngram", result.stdout + result.stderr)
