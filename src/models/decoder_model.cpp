@@ -723,14 +723,13 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
       w.expert_token_weights[slot] = w.expert_weights[t * k + i];
     }
   }
-  for (int e = 0; e < moe.num_experts; ++e) {
-    const int count = w.expert_offsets[e + 1] - w.expert_offsets[e];
-    if (count > 0) expert_load_.add(experts.model_layer, e, static_cast<uint64_t>(count));
-  }
-  // The chosen experts, ascending.
+  // The chosen experts, ascending, and how many tokens chose each.
   w.step_experts.clear();
   for (int e = 0; e < moe.num_experts; ++e) {
-    if (w.expert_offsets[e + 1] > w.expert_offsets[e]) w.step_experts.push_back(e);
+    const int count = w.expert_offsets[e + 1] - w.expert_offsets[e];
+    if (count == 0) continue;
+    w.step_experts.push_back(e);
+    expert_load_.add(experts.model_layer, e, static_cast<uint64_t>(count));
   }
   // --experts-mem: the file starts reading this layer's missing experts and the next layer's
   // likely ones while the shared experts compute.
@@ -869,11 +868,11 @@ void DecoderModel::prefetch_next_experts(const ExpertWeights& experts, int num_t
                  upcoming.selection_bias, w.next_chosen.data(), w.next_weights.data());
     for (const int e : w.next_chosen) w.next_wanted[e] = 1;
   }
-  std::vector<int> wanted;
+  w.next_experts.clear();
   for (int e = 0; e < moe.num_experts; ++e) {
-    if (w.next_wanted[e]) wanted.push_back(e);
+    if (w.next_wanted[e]) w.next_experts.push_back(e);
   }
-  weights_.expert_cache->prefetch(upcoming.cache_layer, wanted);
+  weights_.expert_cache->prefetch(upcoming.cache_layer, w.next_experts);
 }
 
 }  // namespace tachyon

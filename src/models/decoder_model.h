@@ -170,6 +170,7 @@ class DecoderModel {
     std::vector<int> next_chosen;             // [experts_per_token]
     std::vector<float> next_weights;          // [experts_per_token]
     std::vector<char> next_wanted;            // [experts]
+    std::vector<int> next_experts;            // those wanted, ascending
     // MTP (forward_mtp_batch).
     AlignedVector<float> mtp_input;      // f32 [tokens, 2 * hidden]: [enorm(embedding), hnorm(h)]
   };

@@ -196,10 +196,6 @@ void ExpertCache::acquire(int layer, std::span<const int> experts, std::vector<R
   ++calls_;
   std::vector<Source>& sources = layers_.at(layer);
   out.resize(experts.size());
-  // The misses' bytes are asked for all at once, so the file reads them in parallel.
-  for (const int e : experts) {
-    if (sources.at(e).slot < 0) advise(sources[e]);
-  }
   // Hits first, so that no miss evicts an expert this call needs.
   for (const int e : experts) {
     const int slot = sources[e].slot;

@@ -46,7 +46,8 @@ class ExpertCache {
     uint64_t hits = 0;          // chosen experts found resident
     uint64_t misses = 0;        // read from the file
     uint64_t bytes_read = 0;    // from the file, by misses
-    uint64_t prefetches = 0;    // experts asked to be read ahead (not resident then)
+    uint64_t prefetches = 0;    // experts asked to be read ahead (not resident then): a
+                                // step's misses and the next layer's likely choice
     int64_t resident_bytes = 0;  // slots holding an expert
     int64_t capacity_bytes = 0;  // all slots
     int64_t expert_bytes = 0;    // every routed expert of the model, as stored in the file
@@ -73,7 +74,8 @@ class ExpertCache {
 
   // Makes `experts` (distinct ids) of `layer` resident, reading the missing ones from the file
   // (on every thread of `pool`: reads in parallel, each repacked by the thread that read it),
-  // and writes their matrices to out[i]. Throws ModelReadError when the file fails.
+  // and writes their matrices to out[i]. Throws ModelReadError when the file fails. Callers
+  // prefetch() the same experts first, as early as they know them.
   void acquire(int layer, std::span<const int> experts, std::vector<Resident>& out,
                ThreadPool& pool);
   // Asks the kernel to read ahead the file bytes of those of `experts` not resident (the next

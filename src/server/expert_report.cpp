@@ -94,7 +94,7 @@ std::string render_expert_metrics(const DecoderModel& model, std::string_view la
       {"tachyon:expert_cache_read_bytes_total", "counter",
        "Bytes of experts read from the model file.", static_cast<double>(c.bytes_read)},
       {"tachyon:expert_cache_prefetches_total", "counter",
-       "Experts the next layer's router predicted, read ahead.",
+       "Experts read ahead from the model file (a step's misses, the next layer's likely ones).",
        static_cast<double>(c.prefetches)},
       {"tachyon:expert_cache_resident_bytes", "gauge", "Bytes of expert slots holding an expert.",
        static_cast<double>(c.resident_bytes)},
