@@ -1,6 +1,9 @@
 // Each subcommand registers itself on the top-level CLI11 app; its callback sets the exit code.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace tachyon::cli {
@@ -17,8 +20,12 @@ void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_router_command(CLI::App& app);
 void add_keys_command(CLI::App& app);
 void add_usage_command(CLI::App& app);
+
+// The process's arguments after the program name, as given (for `serve --replicas`).
+std::vector<std::string>& command_line();
 
 // Prints "tachyon: error: MESSAGE" on stderr and sets the exit code to 1.
 void fail(const std::string& message);

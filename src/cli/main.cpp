@@ -13,6 +13,11 @@ int& exit_code() {
   return code;
 }
 
+std::vector<std::string>& command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+
 void fail(const std::string& message) {
   std::fprintf(stderr, "tachyon: error: %s\n", message.c_str());
   exit_code() = 1;
@@ -35,8 +40,10 @@ int main(int argc, char** argv) {
   tachyon::cli::add_perplexity_command(app);
   tachyon::cli::add_chat_command(app);
   tachyon::cli::add_serve_command(app);
+  tachyon::cli::add_router_command(app);
   tachyon::cli::add_keys_command(app);
   tachyon::cli::add_usage_command(app);
+  tachyon::cli::command_line().assign(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

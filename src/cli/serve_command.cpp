@@ -3,6 +3,7 @@
 // a background thread, and SIGINT/SIGTERM drain the running requests before exiting 0.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -11,7 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/listen_options.h"
 #include "cli/model_session.h"
+#include "cli/router_command.h"
 #include "cli/speculation_flags.h"
 #include "core/paths.h"
 #include "gateway/gateway.h"
@@ -34,7 +37,12 @@ struct ServeCommandOptions {
   double grammar_compile_timeout_seconds = 10;  // --grammar-compile-timeout
   EngineOptions engine;
   SpeculationFlags speculation;
+  int replicas = 1;                    // --replicas: that many servers behind a router
+  std::string routing = "cache-aware";  // --routing, with --replicas
 };
+
+// Set in the children of `serve --replicas N` (0, 1, ...).
+const char* replica_index() { return std::getenv("TACHYON_REPLICA_INDEX"); }
 
 // Everything the background loader builds. Members are destroyed in reverse order: the engine
 // (which uses the rest) first.
@@ -115,6 +123,7 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
   const std::string url = fmt::format("http://{}:{}", options.serve.host, http_server.port());
   const std::string& id = options.serve.model_id;
   std::fprintf(stderr, "tachyon: serving %s on %s\n", id.c_str(), url.c_str());
+  if (replica_index() != nullptr) return Status();  // the router's banner is the one to read
   // How to talk to it, ready to paste (stderr, like every other message).
   std::fprintf(stderr,
                "\n  curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
@@ -130,7 +139,9 @@ Status load_model(const ServeCommandOptions& options, LoadedModel& loaded,
 }
 
 Status run_serve(ServeCommandOptions& options) {
-  spdlog::set_default_logger(spdlog::stderr_color_mt("tachyon"));
+  const char* index = replica_index();
+  spdlog::set_default_logger(
+      spdlog::stderr_color_mt(index != nullptr ? fmt::format("replica-{}", index) : "tachyon"));
   if (!options.kv_cache_memory.empty()) {
     TACHYON_ASSIGN_OR_RETURN(MemoryAmount amount,
                              parse_memory_amount(options.kv_cache_memory));
@@ -160,6 +171,14 @@ Status run_serve(ServeCommandOptions& options) {
         fmt::format("refusing to serve {} without API keys: use --auth db or --api-key KEY, or "
                     "--insecure-no-auth to serve anyone who can reach it",
                     serve.host));
+  }
+  if (options.replicas > 1) {
+    router::RouterOptions router_options;
+    router_options.listen = serve;
+    TACHYON_ASSIGN_OR_RETURN(router_options.policy, router::parse_routing_policy(options.routing));
+    // command_line() starts with "serve".
+    const std::vector<std::string> args(command_line().begin() + 1, command_line().end());
+    return run_replicated_serve(router_options, serve_args_for_replicas(args), options.replicas);
   }
   std::unique_ptr<gateway::Gateway> gateway;
   if (serve.requires_auth()) {
@@ -201,9 +220,6 @@ void add_serve_command(CLI::App& app) {
       app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   add_model_options(*command, options->model);
   server::ServeOptions& serve = options->serve;
-  command->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
-  command->add_option("--port", serve.port, "Port to listen on (default 8080; 0 = any free)")
-      ->check(CLI::Range(0, 65535));
   command->add_option("--model-alias", options->model_alias,
                       "Model id clients must send (default: the file name without .gguf)");
   command
@@ -242,55 +258,11 @@ void add_serve_command(CLI::App& app) {
       ->add_option("--max-waiting", options->engine.max_waiting_requests,
                    "Most requests waiting; more get 503 (default 1024)")
       ->check(CLI::Range(0, 1 << 24));
-  command
-      ->add_option("--max-body-bytes", serve.max_body_bytes,
-                   "Largest request body (default 16 MiB)")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 34));
-  command
-      ->add_option("--request-timeout", serve.request_timeout_seconds,
-                   "Seconds a request may run before it fails (default 600)")
-      ->check(CLI::Range(0.001, 1e7));
+  add_listen_options(*command, serve);
   command
       ->add_option("--sse-ping-interval", serve.sse_ping_interval_seconds,
                    "Seconds between ': ping' comments on a quiet stream (default 5; 0 = off)")
       ->check(CLI::Range(0.0, 1e6));
-  command
-      ->add_option("--shutdown-timeout", serve.shutdown_timeout_seconds,
-                   "Seconds running requests get to finish on SIGTERM (default 30)")
-      ->check(CLI::Range(0.0, 1e6));
-  command
-      ->add_option("--idle-timeout", serve.idle_timeout_seconds,
-                   "Seconds a keep-alive connection may wait for its next request (default 5)")
-      ->check(CLI::Range(0.001, 1e6));
-  command
-      ->add_option("--header-timeout", serve.header_timeout_seconds,
-                   "Seconds from a request's first byte to the end of its headers; slower "
-                   "clients get 408 (default 10)")
-      ->check(CLI::Range(0.001, 1e6));
-  command
-      ->add_option("--body-timeout", serve.body_timeout_seconds,
-                   "Seconds to receive a request's body after its headers; slower clients get "
-                   "408 (default 60)")
-      ->check(CLI::Range(0.001, 1e6));
-  command
-      ->add_option("--max-header-bytes", serve.max_header_bytes,
-                   "Largest request header block; larger gets 431 (default 64 KiB)")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
-  command
-      ->add_option("--max-headers", serve.max_header_count,
-                   "Most header fields in a request; more gets 431 (default 100)")
-      ->check(CLI::Range(1, 1 << 20));
-  command
-      ->add_option("--max-url-bytes", serve.max_url_bytes,
-                   "Longest request target (path and query); longer gets 414 (default 8 KiB)")
-      ->check(CLI::Range(size_t{64}, size_t{1} << 30));
-  command
-      ->add_option("--max-connections", serve.max_connections,
-                   "Most open client connections; one more gets 503 and is closed, open ones "
-                   "carry on (default 4096)")
-      ->check(CLI::Range(1, 1 << 22));
-  command->add_option("--io-threads", serve.io_threads, "HTTP threads (default 2)")
-      ->check(CLI::Range(1, 64));
   command
       ->add_option_function<std::string>(
           "--auth", [options](const std::string& mode) { options->serve.auth_db = mode == "db"; },
@@ -307,6 +279,16 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--admin-key", serve.admin_key,
                       "The key of the admin routes (GET /admin/experts: expert selection counts "
                       "and cache); without it they are open only on a server without keys");
+  command
+      ->add_option("--replicas", options->replicas,
+                    "Start this many servers (each loads the model) behind a router on "
+                    "--host/--port: one endpoint, requests spread by --routing (default 1: no "
+                    "router)")
+      ->check(CLI::Range(1, 256));
+  command
+      ->add_option("--routing", options->routing,
+                   "With --replicas: cache-aware (default), least-load or round-robin")
+      ->check(CLI::IsMember({"cache-aware", "least-load", "round-robin"}));
   add_speculation_flags(*command, options->speculation, /*serving=*/true);
   command->callback([options] {
     Status status = run_serve(*options);

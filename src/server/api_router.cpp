@@ -11,6 +11,7 @@
 
 #include "gateway/key_secret.h"
 #include "runtime/engine.h"
+#include "server/bearer_key.h"
 #include "server/engine_request_builder.h"
 #include "server/expert_report.h"
 #include "server/generation_session.h"
@@ -143,6 +144,12 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
   co_return co_await connection.send_error(ApiError::internal("unrouted request"));
 }
 
+void ApiRouter::cancel_in_flight() {
+  if (std::shared_ptr<const ServedModel> model = context_.model(); model && model->engine) {
+    for (RequestId id : context_.requests()) model->engine->cancel(id);
+  }
+}
+
 std::optional<ApiError> ApiRouter::authenticate(const HttpRequest& request, Connection& connection,
                                                 std::optional<gateway::Tenant>& tenant) {
   gateway::Gateway& gateway = *context_.gateway();
@@ -186,7 +193,9 @@ ApiRouter::Reply ApiRouter::health() const {
   if (!reply.error && context_.draining()) {
     reply.error = ApiError::unavailable("The server is shutting down", "shutting_down", 1);
   }
-  reply.json = json::object{{"status", "ok"}};
+  // The model served, as /v1/models lists it: a router in front learns it from here (/health
+  // needs no key).
+  reply.json = json::object{{"status", "ok"}, {"models", json::array{model_json()}}};
   return reply;
 }
 
@@ -220,16 +229,7 @@ std::optional<ApiError> ApiRouter::authorize_admin(const HttpRequest& request) c
     error.message = "The admin routes need the admin key; start the server with --admin-key";
     return error;
   }
-  std::string_view authorization;
-  if (auto header = request.find(http::field::authorization); header != request.end()) {
-    authorization = std::string_view(header->value().data(), header->value().size());
-  }
-  constexpr std::string_view kBearer = "Bearer ";
-  const std::string_view secret =
-      authorization.starts_with(kBearer) ? authorization.substr(kBearer.size()) : std::string_view();
-  // Hashes compared in constant time, as the Gateway compares keys.
-  if (secret.empty() ||
-      !gateway::hashes_equal(gateway::hash_secret(secret), gateway::hash_secret(options.admin_key))) {
+  if (!has_bearer_key(request, options.admin_key)) {
     return ApiError::invalid_api_key("The admin routes need the admin key (Authorization: Bearer "
                                      "ADMIN_KEY, as given to --admin-key)");
   }

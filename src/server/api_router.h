@@ -11,16 +11,20 @@
 #include "gateway/gateway.h"
 #include "server/connection.h"
 #include "server/openai_request.h"
+#include "server/request_handler.h"
 #include "server/server_context.h"
 
 namespace tachyon::server {
 
-class ApiRouter {
+class ApiRouter : public RequestHandler {
  public:
   explicit ApiRouter(ServerContext& context) : context_(context) {}
 
   // Returns whether the connection may serve another request.
-  asio::awaitable<bool> serve(Connection& connection, HttpRequest request);
+  asio::awaitable<bool> serve(Connection& connection, HttpRequest request) override;
+  size_t num_in_flight() const override { return context_.num_requests(); }
+  // Cancels the engine requests still running.
+  void cancel_in_flight() override;
 
  private:
   // What a small route answers: an error, a JSON body, or plain text.

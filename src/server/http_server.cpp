@@ -17,7 +17,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include "runtime/engine.h"
+#include "server/api_router.h"
 
 namespace tachyon::server {
 namespace {
@@ -82,9 +82,9 @@ constexpr size_t kFirstReadBytes = 8192;
 
 }  // namespace
 
-HttpServer::HttpServer(ServeOptions options)
+HttpServer::HttpServer(ServeOptions options, HandlerFactory make_handler)
     : context_(std::move(options)),
-      router_(context_),
+      handler_(make_handler ? make_handler(context_) : std::make_unique<ApiRouter>(context_)),
       io_context_(std::max(1, context_.options().io_threads)),
       control_(asio::make_strand(io_context_)),
       acceptor_(control_),
@@ -120,6 +120,7 @@ Status HttpServer::run() {
   asio::co_spawn(control_, accept_loop(),
                  [](std::exception_ptr e) { log_exception("accept loop", e); });
   asio::post(control_, [this] { wait_for_signals(); });
+  handler_->start(io_context_);
   const int num_threads = std::max(1, context_.options().io_threads);
   std::vector<std::thread> threads;
   for (int i = 1; i < num_threads; ++i) threads.emplace_back([this] { io_context_.run(); });
@@ -242,7 +243,7 @@ asio::awaitable<void> HttpServer::serve_connection(std::shared_ptr<Connection> c
       }
       // The answer may take long (a stream); the engine's deadline bounds it, not the socket.
       connection->stream().expires_never();
-      const bool reusable = co_await router_.serve(*connection, parser.release());
+      const bool reusable = co_await handler_->serve(*connection, parser.release());
       if (!reusable) break;
       // The client or we said "Connection: close" (or it spoke HTTP/1.0 without keep-alive).
       if (!connection->keep_alive()) {
@@ -373,21 +374,20 @@ asio::awaitable<void> HttpServer::drain() {
   if (draining_) co_return;
   draining_ = true;
   context_.start_draining();
+  handler_->stop();
   beast::error_code ignored;
   acceptor_.close(ignored);
   const Clock::time_point deadline =
       Clock::now() + seconds(context_.options().shutdown_timeout_seconds);
-  while (context_.num_requests() > 0 && Clock::now() < deadline) {
+  while (handler_->num_in_flight() > 0 && Clock::now() < deadline) {
     close_connections(/*only_idle=*/true);
     co_await sleep_for(std::chrono::milliseconds(50));
   }
-  if (size_t left = context_.num_requests(); left > 0) {
+  if (size_t left = handler_->num_in_flight(); left > 0) {
     spdlog::warn("shutdown timeout: cancelling {} running request(s)", left);
-    if (std::shared_ptr<const ServedModel> model = context_.model(); model && model->engine) {
-      for (RequestId id : context_.requests()) model->engine->cancel(id);
-    }
+    handler_->cancel_in_flight();
     const Clock::time_point cancel_deadline = Clock::now() + std::chrono::seconds(5);
-    while (context_.num_requests() > 0 && Clock::now() < cancel_deadline) {
+    while (handler_->num_in_flight() > 0 && Clock::now() < cancel_deadline) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
   }

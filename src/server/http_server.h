@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,15 +22,19 @@
 #include <boost/asio/strand.hpp>
 
 #include "core/status.h"
-#include "server/api_router.h"
 #include "server/connection.h"
+#include "server/request_handler.h"
 #include "server/server_context.h"
 
 namespace tachyon::server {
 
 class HttpServer {
  public:
-  explicit HttpServer(ServeOptions options);
+  // Makes the handler of every request; it may keep the context (which outlives it).
+  using HandlerFactory = std::function<std::unique_ptr<RequestHandler>(ServerContext&)>;
+
+  // Serves the model (ApiRouter), or whatever `make_handler` makes.
+  explicit HttpServer(ServeOptions options, HandlerFactory make_handler = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -73,7 +78,7 @@ class HttpServer {
   size_t num_connections();
 
   ServerContext context_;
-  ApiRouter router_;
+  std::unique_ptr<RequestHandler> handler_;  // before io_context_: abandoned coroutines use it
   asio::io_context io_context_;
   // The acceptor, signals and the drain share one strand.
   asio::strand<asio::io_context::executor_type> control_;

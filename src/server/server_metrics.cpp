@@ -8,10 +8,8 @@
 #include "runtime/engine.h"
 
 namespace tachyon::server {
-namespace {
-
 // Prometheus label values escape backslash, quote and newline.
-std::string escape_label(std::string_view value) {
+std::string escape_prometheus_label(std::string_view value) {
   std::string out;
   for (char c : value) {
     if (c == '\\')
@@ -25,6 +23,10 @@ std::string escape_label(std::string_view value) {
   }
   return out;
 }
+
+namespace {
+
+std::string escape_label(std::string_view value) { return escape_prometheus_label(value); }
 
 // Shortest exact form: "0.005", "1", "1e-05", "+Inf".
 std::string format_value(double value) {

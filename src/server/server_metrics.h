@@ -70,6 +70,8 @@ class ServerMetrics {
 
 // The labels every series of the served model carries: model_name="...", escaped.
 std::string prometheus_model_labels(std::string_view model_name);
+// A label value with backslash, quote and newline escaped.
+std::string escape_prometheus_label(std::string_view value);
 
 // Per-key counters of the Gateway (key names only, never secrets), in Prometheus form.
 std::string render_gateway_metrics(const gateway::GatewayMetrics& metrics);

@@ -1,0 +1,82 @@
+#include "router/replica.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace tachyon::router {
+
+Result<ReplicaAddress> parse_replica_url(std::string_view url) {
+  std::string_view rest = url;
+  if (rest.starts_with("https://")) {
+    return invalid_argument(fmt::format(
+        "replica '{}': https is not supported between the router and its replicas (use http:// "
+        "on a private network)",
+        url));
+  }
+  if (rest.starts_with("http://")) rest.remove_prefix(7);
+  while (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) {
+    return invalid_argument(
+        fmt::format("replica '{}' has a path; give http://host:port", url));
+  }
+  std::string_view host = rest, port = "80";
+  if (rest.starts_with('[')) {  // [::1]:8080
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) {
+      return invalid_argument(fmt::format("replica '{}': unclosed '[' in the host", url));
+    }
+    host = rest.substr(1, close - 1);
+    std::string_view after = rest.substr(close + 1);
+    if (after.starts_with(':')) port = after.substr(1);
+  } else if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  int number = 0;
+  auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), number);
+  if (host.empty() || error != std::errc() || end != port.data() + port.size() || number < 1 ||
+      number > 65535) {
+    return invalid_argument(
+        fmt::format("replica '{}' is not http://host:port (port 1-65535)", url));
+  }
+  ReplicaAddress address;
+  address.host = std::string(host);
+  address.port = std::to_string(number);
+  const bool ipv6 = address.host.find(':') != std::string::npos;
+  address.url = ipv6 ? fmt::format("http://[{}]:{}", address.host, number)
+                     : fmt::format("http://{}:{}", address.host, number);
+  return address;
+}
+
+void Replica::set_models(std::vector<boost::json::object> models) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  models_ = std::move(models);
+}
+
+std::vector<boost::json::object> Replica::models() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return models_;
+}
+
+bool Replica::serves(std::string_view model_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(models_.begin(), models_.end(), [&](const boost::json::object& model) {
+    const boost::json::value* id = model.if_contains("id");
+    return id != nullptr && id->is_string() && id->get_string() == model_id;
+  });
+}
+
+void Replica::begin_request(int64_t tokens) {
+  outstanding_requests_.fetch_add(1);
+  outstanding_tokens_.fetch_add(tokens);
+  requests_total.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Replica::end_request(int64_t tokens) {
+  outstanding_requests_.fetch_sub(1);
+  outstanding_tokens_.fetch_sub(tokens);
+}
+
+}  // namespace tachyon::router
