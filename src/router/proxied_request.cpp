@@ -184,7 +184,7 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::forward(Replica& replic
   }
   metrics_.observe_time_to_first_byte(seconds_since(arrival_));
   bool client_gone = false;
-  Outcome outcome = co_await relay(replica, parser, client_gone);
+  Outcome outcome = co_await relay(replica, parser, watch, client_gone);
   co_await watch.stop();
   if (client_gone || watch.client_gone()) co_return Outcome::kClientGone;
   co_return outcome;
@@ -192,6 +192,7 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::forward(Replica& replic
 
 template <typename Parser>
 asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica, Parser& parser,
+                                                               const server::HangupWatch& watch,
                                                                bool& client_gone) {
   std::array<char, kRelayChunkBytes> chunk;
   const auto& header = parser.get();
@@ -208,6 +209,10 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
       (void)n;
       body.append(chunk.data(), chunk.size() - parser.get().body().size);
       if (error && error != http::error::need_buffer) {
+        if (watch.client_gone()) {
+          client_gone = true;
+          co_return Outcome::kClientGone;
+        }
         failure_ = "answer cut: " + error.message();
         co_return cancelled_ ? Outcome::kCancelled : Outcome::kNoAnswer;
       }
@@ -276,6 +281,10 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
       }
     }
     if (read_error && read_error != http::error::need_buffer) {
+      if (watch.client_gone()) {  // we closed the replica's connection: not its failure
+        client_gone = true;
+        co_return Outcome::kClientGone;
+      }
       broken = true;
       failure_ = "stream cut: " + read_error.message();
       break;
@@ -293,11 +302,12 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
       co_return Outcome::kAnswered;
     }
     // As a single server ends a stream that fails after its 200: an error event, no [DONE].
-    ApiError error = cancelled_
-                         ? ApiError::unavailable("The router is shutting down", "shutting_down", 1)
-                         : ApiError::internal(fmt::format(
-                               "The replica serving this request failed ({}); retry the request",
-                               failure_));
+    ApiError error = ApiError::unavailable("The router is shutting down", "shutting_down", 1);
+    if (!cancelled_) {
+      error = ApiError::internal(fmt::format(
+          "The replica serving this request failed ({}); retry the request", failure_));
+      error.code = "replica_failed";
+    }
     std::string event = "data: " + boost::json::serialize(error.to_json()) + "\n\n";
     response.body().data = event.data();
     response.body().size = event.size();

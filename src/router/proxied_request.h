@@ -26,6 +26,7 @@
 #include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "server/connection.h"
+#include "server/hangup_watch.h"
 
 namespace tachyon::router {
 
@@ -59,7 +60,8 @@ class ProxiedRequest : public std::enable_shared_from_this<ProxiedRequest> {
   asio::awaitable<Outcome> forward(Replica& replica);
   // Relays the response whose header `parser` holds; sets reusable_.
   template <typename Parser>
-  asio::awaitable<Outcome> relay(Replica& replica, Parser& parser, bool& client_gone);
+  asio::awaitable<Outcome> relay(Replica& replica, Parser& parser,
+                                 const server::HangupWatch& watch, bool& client_gone);
   server::HttpRequest upstream_request(const Replica& replica) const;
   void close_upstream();
 

@@ -29,10 +29,18 @@ Result<ReplicaAddress> parse_replica_url(std::string_view url) {
     }
     host = rest.substr(1, close - 1);
     std::string_view after = rest.substr(close + 1);
-    if (after.starts_with(':')) port = after.substr(1);
-  } else if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    if (after.starts_with(':')) {
+      port = after.substr(1);
+    } else if (!after.empty()) {
+      return invalid_argument(fmt::format("replica '{}' is not http://[host]:port", url));
+    }
+  } else if (const size_t colon = rest.find(':'); colon != std::string_view::npos) {
     host = rest.substr(0, colon);
     port = rest.substr(colon + 1);
+    if (port.find(':') != std::string_view::npos) {
+      return invalid_argument(
+          fmt::format("replica '{}': an IPv6 host needs brackets (http://[::1]:8080)", url));
+    }
   }
   int number = 0;
   auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), number);

@@ -57,8 +57,13 @@ std::optional<ReplicaSet::Choice> ReplicaSet::pick(std::string_view model,
   }
   bool model_served = true;
   if (candidates.empty()) {
-    // Nobody serves it (or those who do are down or tried): any replica answers as a single
-    // server would (404 model_not_found, or 401 before that).
+    // Replicas serve it but are down or tried: none can answer (503, not a misleading 404).
+    const bool model_known = std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& r) {
+      return !model.empty() && r->serves(model);
+    });
+    if (model_known) return std::nullopt;
+    // Nobody serves it: any replica answers as a single server would (404 model_not_found,
+    // or 401 before that).
     model_served = model.empty();
     for (const auto& replica : replicas_) {
       if (usable(*replica)) candidates.push_back(replica.get());

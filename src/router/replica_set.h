@@ -1,7 +1,8 @@
 // ReplicaSet: the replicas behind the router and the choice of one for each request.
 //
-// Candidates are the replicas that are up and serve the request's model (when none serves it,
-// any replica that is up: it answers the 404 a single server would). Among them:
+// Candidates are the replicas that are up and serve the request's model (when no replica, up
+// or down, serves it: any replica that is up, which answers the 404 a single server would;
+// when those serving it are all down: none, and the client gets 503). Among them:
 //   cache-aware: the replica that served the longest prefix of this prompt (PrefixIndex),
 //                unless its outstanding tokens exceed balance_factor × the least loaded
 //                replica's + balance_slack_tokens; otherwise (or with no prefix known) the

@@ -12,6 +12,8 @@ namespace json = boost::json;
 // A completion without max_tokens is guessed at this many tokens.
 constexpr int64_t kDefaultCompletionTokens = 256;
 constexpr int64_t kBytesPerToken = 4;
+// A cap beyond any context counts as this (a client's huge number must not overflow the load).
+constexpr int64_t kMaxCompletionTokens = int64_t{1} << 24;
 
 // Separators that do not occur in JSON text, so fields cannot run into each other.
 constexpr char kFieldEnd = '\x1f';
@@ -38,7 +40,9 @@ void append_content(std::string& out, const json::value& content) {
 int64_t completion_cap(const json::object& body) {
   for (const char* name : {"max_completion_tokens", "max_tokens"}) {
     const json::value* value = body.if_contains(name);
-    if (value != nullptr && value->is_int64() && value->get_int64() > 0) return value->get_int64();
+    if (value != nullptr && value->is_int64() && value->get_int64() > 0) {
+      return std::min(value->get_int64(), kMaxCompletionTokens);
+    }
   }
   return kDefaultCompletionTokens;
 }

@@ -12,7 +12,11 @@ it is printed when the server fails to start, exits badly, or the `with` body ra
 `stderr_text()` returns it at any time.
 
 `env` adds variables to the server's environment; `kill9()` ends it with SIGKILL (no cleanup,
-for crash tests) and `restart()` starts it again with the same arguments on a new port. Calls
+for crash tests) and `restart()` starts it again with the same arguments on a new port (the same
+one when `port` was given).
+
+`TachyonRouter` is the same for `tachyon router --replica URL ...`; entering waits until every
+replica is up behind it. Calls
 that need an API key take `headers={"Authorization": "Bearer ..."}`.
 
 Only the standard library is used here, so any script can import it.
@@ -64,7 +68,7 @@ class TachyonServer:
     def __init__(self, tachyon: str, model: str | None = None, args: list[str] | tuple = (),
                  startup_timeout: float = 120.0, stop_timeout: float = 60.0, check_exit: bool = True,
                  quiet: bool = False, env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", port: int | None = None):
         self.tachyon = str(tachyon)
         self.model = model
         self.args = [str(a) for a in args]
@@ -75,6 +79,7 @@ class TachyonServer:
         self.env = dict(env or {})
         self.host = host  # what --host says; the tests always connect to 127.0.0.1
         self.process: subprocess.Popen | None = None
+        self.fixed_port = port  # None: a free port at each start
         self.port = 0
         self.returncode: int | None = None
         self._log = None
@@ -105,7 +110,7 @@ class TachyonServer:
         fd, self._log_path = tempfile.mkstemp(prefix="tachyon-serve-", suffix=".log")
         os.close(fd)
         for attempt in range(3):  # the free port can be taken between our probe and the bind
-            self.port = free_port()
+            self.port = self.fixed_port or free_port()
             self._log = open(self._log_path, "wb")
             self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                             stdout=self._log, stderr=subprocess.STDOUT,
@@ -297,3 +302,38 @@ def parse_prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float
         except ValueError:
             continue
     return samples
+
+
+class TachyonRouter(TachyonServer):
+    """`tachyon router` over `replicas` (their URLs); `args` adds router flags."""
+
+    def __init__(self, tachyon: str, replicas: list[str], args: list[str] | tuple = (), **kwargs):
+        super().__init__(tachyon, None, args, **kwargs)
+        self.replicas = list(replicas)
+
+    def command(self) -> list[str]:
+        argv = [self.tachyon, "router", "--host", self.host, "--port", str(self.port)]
+        for url in self.replicas:
+            argv += ["--replica", url]
+        return argv + self.args
+
+    def start(self) -> "TachyonRouter":
+        super().start()
+        self.wait_replicas_up(len(self.replicas))
+        return self
+
+    def health(self) -> dict:
+        status, body = http_get(self.url + "/health", timeout=2.0)
+        try:
+            return json.loads(body) if body else {}
+        except ValueError:
+            return {}
+
+    def wait_replicas_up(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.health().get("replicas_up") == count:
+                return
+            time.sleep(0.1)
+        raise ServerStartError(f"the router did not see {count} replica(s) up within "
+                               f"{timeout:.0f} s (last /health: {self.health()})")
