@@ -11,6 +11,7 @@ apt_packages=(
   libpcre2-dev libutf8proc-dev libssl-dev libsqlite3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   unzip curl patch apache2-utils wrk
+  redis-server libhiredis-dev postgresql libpq-dev
 )
 
 missing=()

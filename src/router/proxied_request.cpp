@@ -1,5 +1,8 @@
 #include "router/proxied_request.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
 
 #include <boost/asio/as_tuple.hpp>
@@ -134,57 +137,101 @@ asio::awaitable<bool> ProxiedRequest::run() {
 
 server::HttpRequest ProxiedRequest::upstream_request(const Replica& replica) const {
   server::HttpRequest upstream{request_.method(), request_.target(), 11};
+  upstream.keep_alive(true);
   copy_end_to_end_fields(request_.base(), upstream.base());
   upstream.set(http::field::host, replica.authority());
   upstream.set("x-request-id", connection_.request_id());
   beast::error_code error;
   const auto client = connection_.stream().socket().remote_endpoint(error);
   if (!error) upstream.set("x-forwarded-for", client.address().to_string());
-  upstream.keep_alive(false);
   upstream.body() = request_.body();
   upstream.prepare_payload();
   return upstream;
 }
 
+bool ProxiedRequest::adopt_idle_connection(Replica& replica) {
+  const int fd = replica.take_idle_connection();
+  if (fd < 0) return false;
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(fd);
+    return false;
+  }
+  const auto protocol = address.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4();
+  beast::error_code error;
+  upstream_->socket().assign(protocol, fd, error);
+  if (error) {
+    ::close(fd);
+    return false;
+  }
+  return true;
+}
+
+void ProxiedRequest::keep_upstream(Replica& replica) {
+  if (!upstream_ || upstream_buffer_.size() != 0) return;
+  upstream_->expires_never();
+  beast::error_code error;
+  const int fd = upstream_->socket().release(error);
+  if (!error && fd >= 0) replica.put_idle_connection(fd);
+}
+
 asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::forward(Replica& replica) {
-  upstream_ = std::make_unique<beast::tcp_stream>(connection_.stream().get_executor());
-  upstream_buffer_.clear();
   const auto connect_timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(options_.connect_timeout_seconds));
-  if (beast::error_code error = co_await connect_to_replica(*upstream_, replica, connect_timeout)) {
-    failure_ = "connect: " + error.message();
-    co_return cancelled_ ? Outcome::kCancelled : Outcome::kNoAnswer;
-  }
-  server::HttpRequest upstream = upstream_request(replica);
-  upstream_->expires_after(std::chrono::seconds(60));
-  auto [write_error, written] =
-      co_await http::async_write(*upstream_, upstream, asio::as_tuple(asio::use_awaitable));
-  (void)written;
-  if (write_error) {
-    failure_ = "send: " + write_error.message();
-    co_return cancelled_ ? Outcome::kCancelled : Outcome::kNoAnswer;
-  }
-  metrics_.observe_forward_overhead(seconds_since(arrival_));
-
-  // From here the client's hang-up ends the exchange (the replica then cancels).
+  const server::HttpRequest upstream = upstream_request(replica);
   server::HangupWatch watch(connection_, [this] { close_upstream(); });
-  watch.start();
-  upstream_->expires_after(answer_limit(options_));
-  http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
-  auto [read_error, read] = co_await http::async_read_header(*upstream_, upstream_buffer_, parser,
-                                                             asio::as_tuple(asio::use_awaitable));
-  (void)read;
-  if (read_error) {
+  std::optional<http::response_parser<http::buffer_body>> parser;
+  // An idle connection first; when the replica had closed it (its idle timeout raced our
+  // request), once more on a fresh one before the replica counts as failed.
+  upstream_ = std::make_unique<beast::tcp_stream>(connection_.stream().get_executor());
+  bool reused = adopt_idle_connection(replica);
+  for (;;) {
+    upstream_buffer_.clear();
+    if (!reused) {
+      upstream_ = std::make_unique<beast::tcp_stream>(connection_.stream().get_executor());
+      if (beast::error_code error =
+              co_await connect_to_replica(*upstream_, replica, connect_timeout)) {
+        failure_ = "connect: " + error.message();
+        co_return cancelled_ ? Outcome::kCancelled : Outcome::kNoAnswer;
+      }
+    }
+    upstream_->expires_after(std::chrono::seconds(60));
+    auto [write_error, written] =
+        co_await http::async_write(*upstream_, upstream, asio::as_tuple(asio::use_awaitable));
+    (void)written;
+    if (write_error) {
+      if (reused && !cancelled_) {
+        reused = false;
+        continue;
+      }
+      failure_ = "send: " + write_error.message();
+      co_return cancelled_ ? Outcome::kCancelled : Outcome::kNoAnswer;
+    }
+    metrics_.observe_forward_overhead(seconds_since(arrival_));
+
+    // From here the client's hang-up ends the exchange (the replica then cancels).
+    watch.start();
+    upstream_->expires_after(answer_limit(options_));
+    parser.emplace();
+    parser->body_limit(boost::none);
+    auto [read_error, read] = co_await http::async_read_header(
+        *upstream_, upstream_buffer_, *parser, asio::as_tuple(asio::use_awaitable));
+    (void)read;
+    if (!read_error) break;
     co_await watch.stop();
     if (watch.client_gone()) co_return Outcome::kClientGone;
     if (cancelled_) co_return Outcome::kCancelled;
+    if (reused && !parser->got_some()) {
+      reused = false;
+      continue;
+    }
     failure_ = "no answer: " + read_error.message();
     co_return Outcome::kNoAnswer;
   }
   metrics_.observe_time_to_first_byte(seconds_since(arrival_));
   bool client_gone = false;
-  Outcome outcome = co_await relay(replica, parser, watch, client_gone);
+  Outcome outcome = co_await relay(replica, *parser, watch, client_gone);
   co_await watch.stop();
   if (client_gone || watch.client_gone()) co_return Outcome::kClientGone;
   co_return outcome;
@@ -224,10 +271,12 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
       response.body() = std::move(body);
       refusal_ = std::move(response);
       failure_ = "503";
+      if (parser.is_done() && parser.keep_alive()) keep_upstream(replica);
       co_return Outcome::kRefused;
     }
     response.body() = boost::json::serialize(
         boost::json::object{{"object", "list"}, {"data", replicas_.models()}});
+    if (parser.keep_alive()) keep_upstream(replica);
     reusable_ = co_await connection_.send(std::move(response)) && connection_.keep_alive();
     co_return Outcome::kAnswered;
   }
@@ -330,6 +379,7 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
     client_gone = true;
     co_return Outcome::kClientGone;
   }
+  if (!broken && parser.keep_alive()) keep_upstream(replica);
   reusable_ = connection_.keep_alive();
   co_return Outcome::kAnswered;
 }

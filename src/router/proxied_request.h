@@ -63,6 +63,10 @@ class ProxiedRequest : public std::enable_shared_from_this<ProxiedRequest> {
   asio::awaitable<Outcome> relay(Replica& replica, Parser& parser,
                                  const server::HangupWatch& watch, bool& client_gone);
   server::HttpRequest upstream_request(const Replica& replica) const;
+  // upstream_ takes one of the replica's idle connections; false when it has none.
+  bool adopt_idle_connection(Replica& replica);
+  // The response was read to its end on a keep-alive connection: give it back to the replica.
+  void keep_upstream(Replica& replica);
   void close_upstream();
 
   const RouterOptions& options_;

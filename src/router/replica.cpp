@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -56,6 +60,37 @@ Result<ReplicaAddress> parse_replica_url(std::string_view url) {
   address.url = ipv6 ? fmt::format("http://[{}]:{}", address.host, number)
                      : fmt::format("http://{}:{}", address.host, number);
   return address;
+}
+
+Replica::~Replica() {
+  for (const IdleConnection& connection : idle_) ::close(connection.fd);
+}
+
+int Replica::take_idle_connection() {
+  std::lock_guard<std::mutex> lock(idle_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  while (!idle_.empty()) {
+    const IdleConnection connection = idle_.back();
+    idle_.pop_back();
+    char byte;
+    // Still open with nothing to read (EAGAIN), and not idle for too long?
+    const ssize_t peeked = ::recv(connection.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+        now - connection.since < kMaxIdle) {
+      return connection.fd;
+    }
+    ::close(connection.fd);
+  }
+  return -1;
+}
+
+void Replica::put_idle_connection(int fd) {
+  std::lock_guard<std::mutex> lock(idle_mutex_);
+  if (idle_.size() >= kMaxIdleConnections) {
+    ::close(idle_.front().fd);
+    idle_.erase(idle_.begin());
+  }
+  idle_.push_back({fd, std::chrono::steady_clock::now()});
 }
 
 void Replica::set_models(std::vector<boost::json::object> models) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -54,6 +55,14 @@ class Replica {
   int64_t outstanding_requests() const { return outstanding_requests_.load(); }
   int64_t outstanding_tokens() const { return outstanding_tokens_.load(); }
 
+  // Idle keep-alive connections to the replica (socket descriptors), so that a request does
+  // not pay a TCP handshake and the replica's close. take_idle_connection() skips and closes
+  // those the replica has closed or that idled past kMaxIdle (the replica's own idle timeout
+  // is longer); -1 when none is left.
+  int take_idle_connection();
+  void put_idle_connection(int fd);
+  ~Replica();
+
   // Counters for /metrics.
   std::atomic<uint64_t> requests_total{0};
   std::atomic<uint64_t> failures_total{0};  // no answer: connect, write or read failed
@@ -66,6 +75,15 @@ class Replica {
   std::atomic<int64_t> outstanding_tokens_{0};
   mutable std::mutex mutex_;
   std::vector<boost::json::object> models_;
+
+  struct IdleConnection {
+    int fd;
+    std::chrono::steady_clock::time_point since;
+  };
+  static constexpr std::chrono::seconds kMaxIdle{2};
+  static constexpr size_t kMaxIdleConnections = 64;
+  std::mutex idle_mutex_;
+  std::vector<IdleConnection> idle_;  // most recently used last
 };
 
 }  // namespace tachyon::router

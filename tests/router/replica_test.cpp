@@ -1,5 +1,8 @@
 #include "router/replica.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 namespace tachyon::router {
@@ -167,6 +170,39 @@ TEST(ReplicaTest, LoadCounters) {
   // requests_total counts every request sent, not the ones in flight.
   EXPECT_EQ(replica.requests_total.load(), 2u);
   EXPECT_EQ(replica.failures_total.load(), 0u);
+}
+
+}  // namespace
+}  // namespace tachyon::router
+
+namespace tachyon::router {
+namespace {
+
+// Idle connections: one still open comes back; one the replica closed is dropped.
+TEST(ReplicaTest, IdleConnectionsSkipThoseClosedByThePeer) {
+  Replica replica(0, parsed("http://127.0.0.1:9000"));
+  EXPECT_EQ(replica.take_idle_connection(), -1);
+  int open_pair[2], closed_pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, open_pair), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, closed_pair), 0);
+  replica.put_idle_connection(open_pair[0]);
+  replica.put_idle_connection(closed_pair[0]);
+  ::close(closed_pair[1]);  // the peer hung up: EOF on closed_pair[0]
+  EXPECT_EQ(replica.take_idle_connection(), open_pair[0]);  // the closed one was skipped
+  EXPECT_EQ(replica.take_idle_connection(), -1);
+  ::close(open_pair[0]);
+  ::close(open_pair[1]);
+}
+
+// Bytes waiting on an idle connection (a stray response) make it unusable too.
+TEST(ReplicaTest, IdleConnectionWithUnreadBytesIsDropped) {
+  Replica replica(0, parsed("http://127.0.0.1:9000"));
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ASSERT_EQ(::write(pair[1], "x", 1), 1);
+  replica.put_idle_connection(pair[0]);
+  EXPECT_EQ(replica.take_idle_connection(), -1);
+  ::close(pair[1]);
 }
 
 }  // namespace
