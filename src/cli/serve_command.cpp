@@ -37,6 +37,8 @@ struct ServeCommandOptions {
   double grammar_compile_timeout_seconds = 10;  // --grammar-compile-timeout
   EngineOptions engine;
   SpeculationFlags speculation;
+  std::string redis_url;               // --redis: limits shared by every replica
+  bool redis_fail_open = false;        // --redis-fail-open
   int replicas = 1;                    // --replicas: that many servers behind a router
   std::string routing = "cache-aware";  // --routing, with --replicas
 };
@@ -181,9 +183,21 @@ Status run_serve(ServeCommandOptions& options) {
     return run_replicated_serve(router_options, serve_args_for_replicas(args), options.replicas);
   }
   std::unique_ptr<gateway::Gateway> gateway;
+  if (!options.redis_url.empty() && !serve.auth_db) {
+    return invalid_argument("--redis shares the limits of database keys: it needs --auth db");
+  }
   if (serve.requires_auth()) {
     if (serve.auth_db) {
-      TACHYON_ASSIGN_OR_RETURN(gateway, gateway::Gateway::open(serve.db_path, serve.api_keys));
+      gateway::GatewayOptions gateway_options;
+      if (!options.redis_url.empty()) {
+        TACHYON_ASSIGN_OR_RETURN(
+            gateway_options.shared_limits,
+            gateway::RedisLimits::connect(options.redis_url, options.redis_fail_open));
+        spdlog::info("API key limits shared in Redis at {} (fail {})", options.redis_url,
+                     options.redis_fail_open ? "open" : "closed");
+      }
+      TACHYON_ASSIGN_OR_RETURN(gateway,
+                               gateway::Gateway::open(serve.db_path, serve.api_keys, gateway_options));
     } else {
       gateway = std::make_unique<gateway::Gateway>(nullptr, serve.api_keys, nullptr);
     }
@@ -289,6 +303,13 @@ void add_serve_command(CLI::App& app) {
       ->add_option("--routing", options->routing,
                    "With --replicas: cache-aware (default), least-load or round-robin")
       ->check(CLI::IsMember({"cache-aware", "least-load", "round-robin"}));
+  command->add_option("--redis", options->redis_url,
+                      "Keep API keys' rate limits, concurrency and quotas in Redis "
+                      "(redis://[:password@]host[:port][/db]) so that every server using it "
+                      "grants one key's limits together (with --auth db)");
+  command->add_flag("--redis-fail-open", options->redis_fail_open,
+                    "While Redis is unreachable, admit requests under this server's own limits "
+                    "instead of refusing them with 503 (the default: fail closed)");
   add_speculation_flags(*command, options->speculation, /*serving=*/true);
   command->callback([options] {
     Status status = run_serve(*options);

@@ -6,13 +6,14 @@ namespace tachyon::gateway {
 
 Admission::Admission(std::shared_ptr<TenantLimiter> limiter, std::shared_ptr<UsageLedger> ledger,
                      std::shared_ptr<const GatewayClock> clock, std::string model,
-                     int64_t charged_tokens, std::optional<int64_t> max_tokens)
+                     int64_t charged_tokens, std::optional<int64_t> max_tokens, bool shared)
     : limiter_(std::move(limiter)),
       ledger_(std::move(ledger)),
       clock_(std::move(clock)),
       model_(std::move(model)),
       charged_tokens_(charged_tokens),
-      max_tokens_(max_tokens) {}
+      max_tokens_(max_tokens),
+      shared_(shared) {}
 
 Admission::Admission(Admission&& other) noexcept
     : limiter_(std::move(other.limiter_)),
@@ -21,6 +22,7 @@ Admission::Admission(Admission&& other) noexcept
       model_(std::move(other.model_)),
       charged_tokens_(other.charged_tokens_),
       max_tokens_(other.max_tokens_),
+      shared_(other.shared_),
       finished_(other.finished_) {
   other.finished_ = true;  // the moved-from ticket owns nothing
 }
@@ -34,6 +36,7 @@ Admission& Admission::operator=(Admission&& other) noexcept {
     model_ = std::move(other.model_);
     charged_tokens_ = other.charged_tokens_;
     max_tokens_ = other.max_tokens_;
+    shared_ = other.shared_;
     finished_ = other.finished_;
     other.finished_ = true;
   }
@@ -45,7 +48,7 @@ Admission::~Admission() {
 }
 
 void Admission::release() {
-  if (!finished_ && limiter_) limiter_->abandon();
+  if (!finished_ && limiter_) limiter_->abandon(shared_);
   finished_ = true;
 }
 
@@ -65,7 +68,7 @@ Status Admission::finish(UsageRecord record) {
   record.key_name = limiter_->key_name();
   if (record.model.empty()) record.model = model_;
   if (record.unix_time == 0) record.unix_time = clock_->unix_seconds();
-  return limiter_->finish(charged_tokens_, record, clock_->steady(), ledger_.get());
+  return limiter_->finish(charged_tokens_, record, clock_->steady(), ledger_.get(), shared_);
 }
 
 }  // namespace tachyon::gateway

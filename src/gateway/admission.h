@@ -20,7 +20,7 @@ class Admission {
  public:
   Admission(std::shared_ptr<TenantLimiter> limiter, std::shared_ptr<UsageLedger> ledger,
             std::shared_ptr<const GatewayClock> clock, std::string model, int64_t charged_tokens,
-            std::optional<int64_t> max_tokens);
+            std::optional<int64_t> max_tokens, bool shared = false);
   Admission(Admission&& other) noexcept;
   Admission& operator=(Admission&& other) noexcept;
   Admission(const Admission&) = delete;
@@ -55,6 +55,7 @@ class Admission {
   std::string model_;
   int64_t charged_tokens_ = 0;
   std::optional<int64_t> max_tokens_;
+  bool shared_ = false;  // admitted in Redis: settled there
   bool finished_ = false;
 };
 

@@ -37,7 +37,8 @@ Gateway::Gateway(std::shared_ptr<KeyStore> key_store, const std::vector<std::str
     : key_store_(std::move(key_store)),
       ledger_(std::move(ledger)),
       clock_(std::make_shared<const GatewayClock>(std::move(options.clock))),
-      key_cache_ttl_(options.key_cache_ttl) {
+      key_cache_ttl_(options.key_cache_ttl),
+      shared_limits_(options.shared_limits) {
   for (size_t i = 0; i < static_keys.size(); ++i) {
     Tenant tenant;
     tenant.key_id = -static_cast<int64_t>(i + 1);
@@ -122,7 +123,8 @@ std::shared_ptr<TenantLimiter> Gateway::limiter_for(const Tenant& tenant) {
   std::lock_guard lock(limiters_mutex_);
   std::shared_ptr<TenantLimiter>& limiter = limiters_[tenant.key_id];
   if (!limiter)
-    limiter = std::make_shared<TenantLimiter>(tenant.key_id, tenant.name, clock_->steady());
+    limiter = std::make_shared<TenantLimiter>(tenant.key_id, tenant.name, clock_->steady(),
+                                              shared_limits_);
   return limiter;
 }
 
@@ -149,7 +151,7 @@ AdmitResult Gateway::admit(const Tenant& tenant, std::string_view model, int64_t
   }
   const Charge& charge = std::get<Charge>(outcome);
   return Admission(std::move(limiter), ledger_, clock_, std::string(model), charge.tokens,
-                   charge.max_tokens);
+                   charge.max_tokens, charge.shared);
 }
 
 std::vector<std::pair<std::string, std::string>> Gateway::rate_limit_headers(const Tenant& tenant) {

@@ -30,6 +30,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/key_secret.h"
 #include "gateway/key_store.h"
+#include "gateway/redis_limits.h"
 #include "gateway/rejection.h"
 #include "gateway/tenant.h"
 #include "gateway/usage_ledger.h"
@@ -45,6 +46,8 @@ struct GatewayOptions {
   // How long an authenticated key is trusted before the store is asked again, i.e. how soon a
   // `keys revoke` / `keys update` from another process takes effect.
   std::chrono::milliseconds key_cache_ttl{1000};
+  // Limits shared by every replica (`serve --redis`); null: this process's own.
+  std::shared_ptr<RedisLimits> shared_limits;
 };
 
 class Gateway {
@@ -106,6 +109,7 @@ class Gateway {
   std::shared_ptr<UsageLedger> ledger_;
   std::shared_ptr<const GatewayClock> clock_;
   std::chrono::milliseconds key_cache_ttl_;
+  std::shared_ptr<RedisLimits> shared_limits_;
   std::vector<StaticKey> static_keys_;
 
   std::mutex cache_mutex_;

@@ -28,5 +28,6 @@ inline constexpr const char* kReasonConcurrency = "concurrency";
 inline constexpr const char* kReasonRequests = "requests";
 inline constexpr const char* kReasonTokens = "tokens";
 inline constexpr const char* kReasonLedgerError = "ledger_error";
+inline constexpr const char* kReasonLimiterUnavailable = "limiter_unavailable";
 
 }  // namespace tachyon::gateway

@@ -61,8 +61,13 @@ Rejection make_rejection(int http_status, const char* type, const char* code, co
 
 }  // namespace
 
-TenantLimiter::TenantLimiter(int64_t key_id, std::string key_name, TimePoint now)
-    : key_id_(key_id), key_name_(std::move(key_name)), requests_(0, now), tokens_(0, now) {
+TenantLimiter::TenantLimiter(int64_t key_id, std::string key_name, TimePoint now,
+                             std::shared_ptr<RedisLimits> shared)
+    : key_id_(key_id),
+      key_name_(std::move(key_name)),
+      shared_(std::move(shared)),
+      requests_(0, now),
+      tokens_(0, now) {
   counters_.key_name = key_name_;
 }
 
@@ -153,65 +158,33 @@ std::variant<Charge, Rejection> TenantLimiter::admit(const KeyPolicy& policy,
     r.should_retry = true;
     return reject(std::move(r));
   }
-  auto quota_rejection = [&](const char* period, int64_t spent, int64_t quota, int64_t resets_at,
-                             const char* when, const char* reason) {
-    const auto wait = static_cast<double>(resets_at - unix_now);
-    // should_retry stays false: the SDK retries within seconds, the quota resets in hours.
-    Rejection r = make_rejection(
-        429, "insufficient_quota", "insufficient_quota", reason,
-        fmt::format("You exceeded your current quota, please check your plan and billing "
-                    "details. API key {} has used {} of its {} {} tokens; the quota resets {} "
-                    "(in {}).",
-                    key_name_, spent, quota, period, when, format_go_duration(wait)));
-    r.retry_after_seconds = wait;
-    return reject(std::move(r));
-  };
+  const bool has_limits = policy.requests_per_minute > 0 || policy.tokens_per_minute > 0 ||
+                          policy.max_concurrent_requests > 0 || policy.daily_tokens > 0 ||
+                          policy.monthly_tokens > 0;
+  if (shared_ && has_limits) {
+    if (auto decided = admit_shared(policy, model, charge, unix_now, ledger)) return *decided;
+  }
   if (policy.daily_tokens > 0 && day_tokens_ >= policy.daily_tokens) {
     return quota_rejection("daily", day_tokens_, policy.daily_tokens,
-                           (window_day_ + 1) * kSecondsPerDay, "at 00:00 UTC", kReasonDailyQuota);
+                           (window_day_ + 1) * kSecondsPerDay, "at 00:00 UTC", kReasonDailyQuota,
+                           unix_now);
   }
   if (policy.monthly_tokens > 0 && month_tokens_ >= policy.monthly_tokens) {
     return quota_rejection("monthly", month_tokens_, policy.monthly_tokens,
                            month_start(window_month_ + 1), "on the 1st at 00:00 UTC",
-                           kReasonMonthlyQuota);
+                           kReasonMonthlyQuota, unix_now);
   }
-
   if (policy.max_concurrent_requests > 0 && in_flight_ >= policy.max_concurrent_requests) {
-    Rejection r = make_rejection(
-        429, "requests", "rate_limit_exceeded", kReasonConcurrency,
-        fmt::format("Rate limit reached for {} in organization {} on concurrent requests: "
-                    "Limit {}, Used {}, Requested 1. Please try again in {}.",
-                    model, key_name_, policy.max_concurrent_requests, in_flight_,
-                    format_go_duration(kConcurrencyRetrySeconds)));
-    r.retry_after_seconds = kConcurrencyRetrySeconds;
-    r.should_retry = true;
-    return reject(std::move(r));
+    return concurrency_rejection(model, policy.max_concurrent_requests, in_flight_);
   }
-
   if (policy.requests_per_minute > 0 && requests_.seconds_until(1, now) > 0) {
-    const double wait = round_up_ms(requests_.seconds_until(1, now));
-    Rejection r = make_rejection(
-        429, "requests", "rate_limit_exceeded", kReasonRequests,
-        fmt::format("Rate limit reached for {} in organization {} on requests per min (RPM): "
-                    "Limit {}, Used {}, Requested 1. Please try again in {}.",
-                    model, key_name_, policy.requests_per_minute, used_of(requests_, now),
-                    format_go_duration(wait)));
-    r.retry_after_seconds = wait;
-    r.should_retry = true;
-    return reject(std::move(r));
+    return requests_rejection(model, policy.requests_per_minute, used_of(requests_, now),
+                              round_up_ms(requests_.seconds_until(1, now)));
   }
   const auto charged = static_cast<double>(charge.tokens);
   if (policy.tokens_per_minute > 0 && tokens_.seconds_until(charged, now) > 0) {
-    const double wait = round_up_ms(tokens_.seconds_until(charged, now));
-    Rejection r = make_rejection(
-        429, "tokens", "rate_limit_exceeded", kReasonTokens,
-        fmt::format("Rate limit reached for {} in organization {} on tokens per min (TPM): "
-                    "Limit {}, Used {}, Requested {}. Please try again in {}.",
-                    model, key_name_, policy.tokens_per_minute, used_of(tokens_, now),
-                    charge.tokens, format_go_duration(wait)));
-    r.retry_after_seconds = wait;
-    r.should_retry = true;
-    return reject(std::move(r));
+    return tokens_rejection(model, policy.tokens_per_minute, used_of(tokens_, now), charge.tokens,
+                            round_up_ms(tokens_.seconds_until(charged, now)));
   }
 
   // Every check passed under the lock, so these takes cannot fail.
@@ -222,8 +195,119 @@ std::variant<Charge, Rejection> TenantLimiter::admit(const KeyPolicy& policy,
   return charge;
 }
 
+std::optional<std::variant<Charge, Rejection>> TenantLimiter::admit_shared(
+    const KeyPolicy& policy, std::string_view model, Charge charge, int64_t unix_now,
+    UsageLedger* ledger) {
+  const int64_t day = day_of(unix_now);
+  SharedLimitsCheck check;
+  check.key_id = key_id_;
+  check.requests_per_minute = policy.requests_per_minute;
+  check.tokens_per_minute = policy.tokens_per_minute;
+  check.max_concurrent = policy.max_concurrent_requests;
+  check.daily_tokens = policy.daily_tokens;
+  check.monthly_tokens = policy.monthly_tokens;
+  check.charge = charge.tokens;
+  check.day = day;
+  check.month = month_of(day);
+  Result<SharedDecision> decision = shared_->admit(check);
+  if (!decision.ok() && decision.status().code() == StatusCode::kNotFound) {
+    // The day's (or month's) counters are not in Redis yet: the ledger is the truth.
+    Status seeded = refresh_quota_window(unix_now, ledger);
+    if (seeded.ok()) {
+      seeded = shared_->seed_quota(key_id_, day, check.month, day_tokens_, month_tokens_);
+    }
+    decision = seeded.ok() ? shared_->admit(check) : Result<SharedDecision>(seeded);
+  }
+  if (!decision.ok()) {
+    if (shared_->fail_open()) return std::nullopt;
+    Rejection r = make_rejection(
+        503, "unavailable_error", "rate_limiter_unavailable", kReasonLimiterUnavailable,
+        "The shared rate limiter is unavailable, so no request with an API key is admitted; "
+        "try again shortly");
+    r.retry_after_seconds = 1.0;
+    r.should_retry = true;
+    return reject(std::move(r));
+  }
+  switch (decision->kind) {
+    case SharedDecision::Kind::kDailyQuota:
+      return quota_rejection("daily", decision->used, policy.daily_tokens,
+                             (day + 1) * kSecondsPerDay, "at 00:00 UTC", kReasonDailyQuota,
+                             unix_now);
+    case SharedDecision::Kind::kMonthlyQuota:
+      return quota_rejection("monthly", decision->used, policy.monthly_tokens,
+                             month_start(check.month + 1), "on the 1st at 00:00 UTC",
+                             kReasonMonthlyQuota, unix_now);
+    case SharedDecision::Kind::kConcurrency:
+      return concurrency_rejection(model, policy.max_concurrent_requests, decision->used);
+    case SharedDecision::Kind::kRequests:
+      return requests_rejection(model, policy.requests_per_minute, decision->used,
+                                decision->wait_seconds);
+    case SharedDecision::Kind::kTokens:
+      return tokens_rejection(model, policy.tokens_per_minute, decision->used, charge.tokens,
+                              decision->wait_seconds);
+    case SharedDecision::Kind::kAdmitted:
+      break;
+  }
+  ++in_flight_;
+  ++counters_.requests_admitted;
+  charge.shared = true;
+  return charge;
+}
+
+Rejection TenantLimiter::quota_rejection(const char* period, int64_t spent, int64_t quota,
+                                         int64_t resets_at, const char* when, const char* reason,
+                                         int64_t unix_now) {
+  const auto wait = static_cast<double>(resets_at - unix_now);
+  // should_retry stays false: the SDK retries within seconds, the quota resets in hours.
+  Rejection r = make_rejection(
+      429, "insufficient_quota", "insufficient_quota", reason,
+      fmt::format("You exceeded your current quota, please check your plan and billing "
+                  "details. API key {} has used {} of its {} {} tokens; the quota resets {} "
+                  "(in {}).",
+                  key_name_, spent, quota, period, when, format_go_duration(wait)));
+  r.retry_after_seconds = wait;
+  return reject(std::move(r));
+}
+
+Rejection TenantLimiter::concurrency_rejection(std::string_view model, int64_t limit,
+                                               int64_t in_flight) {
+  Rejection r = make_rejection(
+      429, "requests", "rate_limit_exceeded", kReasonConcurrency,
+      fmt::format("Rate limit reached for {} in organization {} on concurrent requests: "
+                  "Limit {}, Used {}, Requested 1. Please try again in {}.",
+                  model, key_name_, limit, in_flight,
+                  format_go_duration(kConcurrencyRetrySeconds)));
+  r.retry_after_seconds = kConcurrencyRetrySeconds;
+  r.should_retry = true;
+  return reject(std::move(r));
+}
+
+Rejection TenantLimiter::requests_rejection(std::string_view model, int64_t limit, int64_t used,
+                                            double wait) {
+  Rejection r = make_rejection(
+      429, "requests", "rate_limit_exceeded", kReasonRequests,
+      fmt::format("Rate limit reached for {} in organization {} on requests per min (RPM): "
+                  "Limit {}, Used {}, Requested 1. Please try again in {}.",
+                  model, key_name_, limit, used, format_go_duration(wait)));
+  r.retry_after_seconds = wait;
+  r.should_retry = true;
+  return reject(std::move(r));
+}
+
+Rejection TenantLimiter::tokens_rejection(std::string_view model, int64_t limit, int64_t used,
+                                          int64_t charge, double wait) {
+  Rejection r = make_rejection(
+      429, "tokens", "rate_limit_exceeded", kReasonTokens,
+      fmt::format("Rate limit reached for {} in organization {} on tokens per min (TPM): "
+                  "Limit {}, Used {}, Requested {}. Please try again in {}.",
+                  model, key_name_, limit, used, charge, format_go_duration(wait)));
+  r.retry_after_seconds = wait;
+  r.should_retry = true;
+  return reject(std::move(r));
+}
+
 Status TenantLimiter::finish(int64_t charged_tokens, const UsageRecord& record, TimePoint now,
-                             UsageLedger* ledger) {
+                             UsageLedger* ledger, bool shared) {
   // The ledger write happens under the key's lock so a concurrent window refresh cannot count
   // this record twice (once from the ledger, once in memory).
   std::lock_guard lock(mutex_);
@@ -242,7 +326,12 @@ Status TenantLimiter::finish(int64_t charged_tokens, const UsageRecord& record, 
   ++counters_.requests_finished;
   const int64_t used =
       std::max<int64_t>(0, record.prompt_tokens) + std::max<int64_t>(0, record.completion_tokens);
-  if (tokens_.capacity() > 0) {
+  if (shared) {
+    const int64_t day = day_of(record.unix_time);
+    Status settled = shared_->finish(key_id_, static_cast<int64_t>(tokens_.capacity()),
+                                     charged_tokens, used, counted, day, month_of(day));
+    if (!settled.ok() && status.ok()) status = settled;
+  } else if (tokens_.capacity() > 0) {
     if (used < charged_tokens) {
       tokens_.give_back(static_cast<double>(charged_tokens - used), now);
     } else if (used > charged_tokens) {
@@ -261,9 +350,14 @@ Status TenantLimiter::finish(int64_t charged_tokens, const UsageRecord& record, 
   return status;
 }
 
-void TenantLimiter::abandon() {
+void TenantLimiter::abandon(bool shared) {
   std::lock_guard lock(mutex_);
   in_flight_ = std::max<int64_t>(0, in_flight_ - 1);
+  if (shared) {
+    // Only the slot: nothing was used, and the charge stays taken as in the local case.
+    const int64_t day = day_of(0);
+    (void)shared_->finish(key_id_, 0, 0, 0, /*counted=*/false, day, month_of(day));
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> TenantLimiter::headers(const KeyPolicy& policy,
@@ -271,25 +365,40 @@ std::vector<std::pair<std::string, std::string>> TenantLimiter::headers(const Ke
   std::lock_guard lock(mutex_);
   apply_policy(policy, now);
   std::vector<std::pair<std::string, std::string>> headers;
-  auto remaining = [&](TokenBucket& bucket) {
-    return std::to_string(
-        static_cast<int64_t>(std::max(0.0, std::floor(bucket.level(now) + 1e-6))));
-  };
   const bool requests = policy.requests_per_minute > 0;
   const bool tokens = policy.tokens_per_minute > 0;
+  // The shared buckets when limits live in Redis (this process's own if it cannot answer).
+  double requests_level = requests ? requests_.level(now) : 0;
+  double tokens_level = tokens ? tokens_.level(now) : 0;
+  if (shared_ && (requests || tokens)) {
+    Result<RedisLimits::Levels> levels =
+        shared_->levels(key_id_, policy.requests_per_minute, policy.tokens_per_minute);
+    if (levels.ok()) {
+      requests_level = levels->requests;
+      tokens_level = levels->tokens;
+    }
+  }
+  auto remaining = [](double level) {
+    return std::to_string(static_cast<int64_t>(std::max(0.0, std::floor(level + 1e-6))));
+  };
+  // Seconds until a bucket at `level` is full again (it refills capacity / 60 per second).
+  auto until_full = [](double level, int64_t capacity) {
+    const double missing = static_cast<double>(capacity) - level;
+    return missing <= 1e-9 ? 0.0 : missing * 60.0 / static_cast<double>(capacity);
+  };
   if (requests)
     headers.emplace_back("x-ratelimit-limit-requests", std::to_string(policy.requests_per_minute));
   if (tokens)
     headers.emplace_back("x-ratelimit-limit-tokens", std::to_string(policy.tokens_per_minute));
-  if (requests) headers.emplace_back("x-ratelimit-remaining-requests", remaining(requests_));
-  if (tokens) headers.emplace_back("x-ratelimit-remaining-tokens", remaining(tokens_));
+  if (requests) headers.emplace_back("x-ratelimit-remaining-requests", remaining(requests_level));
+  if (tokens) headers.emplace_back("x-ratelimit-remaining-tokens", remaining(tokens_level));
   if (requests) {
     headers.emplace_back("x-ratelimit-reset-requests",
-                         format_go_duration(requests_.seconds_until_full(now)));
+                         format_go_duration(until_full(requests_level, policy.requests_per_minute)));
   }
   if (tokens) {
     headers.emplace_back("x-ratelimit-reset-tokens",
-                         format_go_duration(tokens_.seconds_until_full(now)));
+                         format_go_duration(until_full(tokens_level, policy.tokens_per_minute)));
   }
   return headers;
 }
