@@ -11,6 +11,9 @@
 namespace tachyon::gateway {
 namespace {
 
+// How long a cached key stays valid while the key store cannot be reached.
+constexpr std::chrono::seconds kStaleKeyLimit{60};
+
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
@@ -104,7 +107,18 @@ Result<Tenant> Gateway::authenticate(std::string_view authorization) {
       return it->second.tenant;
   }
   Result<std::optional<ApiKey>> found = key_store_->find_by_hash(hash);
-  if (!found.ok()) return found.status();
+  if (!found.ok()) {
+    // The database is unreachable (PostgreSQL restarting): a key seen recently stays valid
+    // for a while, so that a short outage does not refuse everyone.
+    if (found.status().code() == StatusCode::kUnavailable) {
+      std::lock_guard lock(cache_mutex_);
+      auto it = key_cache_.find(cache_key);
+      if (it != key_cache_.end() && now - it->second.fetched < kStaleKeyLimit) {
+        return it->second.tenant;
+      }
+    }
+    return found.status();
+  }
   if (!found->has_value() || (*found)->revoked()) {
     std::lock_guard lock(cache_mutex_);
     key_cache_.erase(cache_key);

@@ -13,7 +13,7 @@
 #include "core/status.h"
 #include "gateway/key_policy.h"
 #include "gateway/key_secret.h"
-#include "gateway/sqlite_database.h"
+#include "gateway/sql_database.h"
 
 namespace tachyon::gateway {
 
@@ -56,11 +56,11 @@ class KeyStore {
   const std::string& path() const { return db_->path(); }
 
  private:
-  explicit KeyStore(std::unique_ptr<SqliteDatabase> db) : db_(std::move(db)) {}
+  explicit KeyStore(std::unique_ptr<SqlDatabase> db) : db_(std::move(db)) {}
   Result<ApiKey> find_locked(std::string_view name_or_id);
 
   std::mutex mutex_;
-  std::unique_ptr<SqliteDatabase> db_;
+  std::unique_ptr<SqlDatabase> db_;
 };
 
 // Status for a bad key name, or ok.

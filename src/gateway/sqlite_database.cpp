@@ -9,9 +9,6 @@
 namespace tachyon::gateway {
 namespace {
 
-// Marks constraint failures in the message so callers can tell a duplicate from a broken disk.
-constexpr std::string_view kConstraintTag = "constraint failed";
-
 Status status_for(int rc, std::string message) {
   if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
     return unavailable(std::move(message));
@@ -24,11 +21,6 @@ Status sqlite_error(sqlite3* db, int rc, std::string_view what) {
 }
 
 }  // namespace
-
-SqliteStatement::SqliteStatement(SqliteStatement&& other) noexcept
-    : db_(other.db_), statement_(other.statement_), bind_error_(other.bind_error_) {
-  other.statement_ = nullptr;
-}
 
 SqliteStatement::~SqliteStatement() {
   if (statement_) sqlite3_finalize(statement_);
@@ -72,13 +64,6 @@ Result<bool> SqliteStatement::step() {
   return sqlite_error(db_, rc, "sqlite");
 }
 
-Status SqliteStatement::run() {
-  while (true) {
-    Result<bool> row = step();
-    if (!row.ok()) return row.status();
-    if (!*row) return Status::ok_status();
-  }
-}
 
 int64_t SqliteStatement::column_int64(int index) const {
   return sqlite3_column_int64(statement_, index);
@@ -153,25 +138,12 @@ Status SqliteDatabase::execute(const char* sql) {
   return status;
 }
 
-Result<SqliteStatement> SqliteDatabase::prepare(std::string_view sql) {
+Result<std::unique_ptr<SqlStatement>> SqliteDatabase::prepare(std::string_view sql) {
   sqlite3_stmt* statement = nullptr;
   const int rc =
       sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &statement, nullptr);
   if (rc != SQLITE_OK) return sqlite_error(db_, rc, "preparing a statement");
-  return SqliteStatement(db_, statement);
-}
-
-int64_t SqliteDatabase::last_insert_rowid() const {
-  return sqlite3_last_insert_rowid(db_);
-}
-
-int SqliteDatabase::changes() const {
-  return sqlite3_changes(db_);
-}
-
-bool is_constraint_violation(const Status& status) {
-  return status.code() == StatusCode::kInvalidArgument &&
-         status.message().find(kConstraintTag) != std::string::npos;
+  return std::unique_ptr<SqlStatement>(std::make_unique<SqliteStatement>(db_, statement));
 }
 
 }  // namespace tachyon::gateway

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "gateway/sqlite_database.h"
+#include "gateway/sql_database.h"
 
 namespace tachyon::gateway {
 
@@ -55,8 +56,13 @@ class UsageLedger {
   static Result<std::unique_ptr<UsageLedger>> open(const std::string& path,
                                                    OpenMode mode = OpenMode::kCreate);
 
-  // true: written; false: this request_id was already recorded (nothing changed).
+  // true: written (or kept to write: below); false: this request_id was already recorded
+  // (nothing changed). While the database is unreachable (PostgreSQL restarting) records are
+  // kept in memory, in order, and written first by the next record() that reaches it; so a
+  // restart of the database loses none (a crash of this process while it is down would).
   Result<bool> record(const UsageRecord& record);
+  // Records kept in memory for an unreachable database.
+  size_t num_pending() const;
   // prompt + completion tokens of one key at or after `since_unix`.
   Result<int64_t> tokens_since(int64_t key_id, int64_t since_unix);
   // Totals per group, sorted by group.
@@ -65,11 +71,14 @@ class UsageLedger {
   const std::string& path() const { return db_->path(); }
 
  private:
-  explicit UsageLedger(std::unique_ptr<SqliteDatabase> db) : db_(std::move(db)) {}
+  explicit UsageLedger(std::unique_ptr<SqlDatabase> db) : db_(std::move(db)) {}
+  // Under mutex_: the INSERT of one record.
+  Result<bool> insert(const UsageRecord& record);
 
   // One connection for every HTTP thread: a record is one small INSERT, so a mutex is enough.
-  std::mutex mutex_;
-  std::unique_ptr<SqliteDatabase> db_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<SqlDatabase> db_;
+  std::deque<UsageRecord> pending_;  // not written yet: the database was unreachable
 };
 
 }  // namespace tachyon::gateway

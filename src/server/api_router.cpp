@@ -164,6 +164,10 @@ std::optional<ApiError> ApiRouter::authenticate(const HttpRequest& request, Conn
     if (code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) {
       return ApiError::invalid_api_key(authenticated.status().message());
     }
+    if (code == StatusCode::kUnavailable) {
+      return ApiError::unavailable("The key database is unreachable; try again shortly",
+                                   "key_store_unavailable", 1);
+    }
     return ApiError::internal(authenticated.status().message());
   }
   tenant = std::move(*authenticated);
