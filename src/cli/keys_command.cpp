@@ -180,7 +180,7 @@ void add_create(CLI::App& keys) {
   CLI::App* command = keys.add_subcommand("create", "Create a key; prints its secret once");
   command->add_option("--name", options->name, "Unique name (letters, digits, . _ -)");
   add_policy_flags(*command, options->flags);
-  command->add_option("--db", options->db, "Database file (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--db", options->db, "Database: a SQLite file (default $TACHYON_HOME/tachyon.db) or postgresql://...");
   command->add_flag("--json", options->json, "Print {\"id\", \"name\", \"key\", ...} as JSON");
   command->callback([options] {
     if (options->name.empty()) return fail("keys create needs --name NAME");
@@ -207,7 +207,7 @@ void add_create(CLI::App& keys) {
 void add_list(CLI::App& keys) {
   auto options = std::make_shared<KeysOptions>();
   CLI::App* command = keys.add_subcommand("list", "List keys (never their secrets)");
-  command->add_option("--db", options->db, "Database file (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--db", options->db, "Database: a SQLite file (default $TACHYON_HOME/tachyon.db) or postgresql://...");
   command->add_flag("--json", options->json, "Print a JSON array");
   command->callback([options] {
     Result<std::unique_ptr<KeyStore>> store = open_store(options->db, gateway::OpenMode::kExisting);
@@ -227,7 +227,7 @@ void add_update(CLI::App& keys) {
       "update", "Change a key's limits (a new --tier resets rpm, tpm and concurrency first)");
   command->add_option("key", options->name, "NAME or ID")->required();
   add_policy_flags(*command, options->flags);
-  command->add_option("--db", options->db, "Database file (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--db", options->db, "Database: a SQLite file (default $TACHYON_HOME/tachyon.db) or postgresql://...");
   command->add_flag("--json", options->json, "Print the updated key as JSON");
   command->callback([options] {
     Result<KeyPolicyChange> change = parse_policy_flags(options->flags);
@@ -247,7 +247,7 @@ void add_revoke(CLI::App& keys) {
   CLI::App* command = keys.add_subcommand(
       "revoke", "Revoke a key (running servers refuse it within about a second)");
   command->add_option("key", options->name, "NAME or ID")->required();
-  command->add_option("--db", options->db, "Database file (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--db", options->db, "Database: a SQLite file (default $TACHYON_HOME/tachyon.db) or postgresql://...");
   command->add_flag("--json", options->json, "Print the revoked key as JSON");
   command->callback([options] {
     Result<std::unique_ptr<KeyStore>> store = open_store(options->db, gateway::OpenMode::kExisting);

@@ -283,7 +283,8 @@ void add_serve_command(CLI::App& app) {
           "none (default) or db: require API keys from the key database (tachyon keys ...)")
       ->check(CLI::IsMember({"none", "db"}));
   command->add_option("--db", serve.db_path,
-                      "Key and usage database (default $TACHYON_HOME/tachyon.db)");
+                      "Key and usage database: a SQLite file (default $TACHYON_HOME/tachyon.db) "
+                      "or postgresql://user:password@host:port/db (shared by replicas)");
   command->add_option("--api-key", serve.api_keys,
                       "Require this API key (repeatable; no limits); combines with --auth db");
   command->add_flag("--insecure-no-auth", serve.insecure_no_auth,

@@ -49,7 +49,7 @@ void add_usage_command(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand("usage", "Report requests and tokens per key or day");
-  command->add_option("--db", options->db, "Database file (default $TACHYON_HOME/tachyon.db)");
+  command->add_option("--db", options->db, "Database: a SQLite file (default $TACHYON_HOME/tachyon.db) or postgresql://...");
   command->add_option("--key", options->key, "Only this key (by name)");
   command->add_option("--since", options->since, "Only from this UTC day on (YYYY-MM-DD)");
   command->add_option("--by", options->by, "Group by key (default) or day");
