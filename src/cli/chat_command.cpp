@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/interrupt.h"
 #include "cli/model_session.h"
+#include "cli/remote_chat.h"
 #include "cli/sampling_options.h"
 #include "cli/speculation_flags.h"
 #include "runtime/generator.h"
@@ -30,6 +31,7 @@ struct ChatOptions {
   int max_tokens = -1;  // per reply; -1: until the model stops or the context is full
   int min_reply_room = 128;
   std::string context_overflow = "truncate";  // or sink
+  RemoteChatOptions remote;                    // --url: a server instead of a model file
 };
 
 struct Turn {
@@ -200,8 +202,30 @@ void add_chat_command(CLI::App& app) {
                    "turns) or sink (StreamingLLM: keep the first 4 tokens and a recent window "
                    "in the KV cache)")
       ->check(CLI::IsMember({"truncate", "sink"}));
-  command->callback([options] {
-    Status status = run_chat(*options);
+  command->add_option("--url", options->remote.url,
+                      "Chat with an OpenAI-compatible server instead (http(s)://host:port): "
+                      "streamed, retried on 429/5xx as the server says, oldest turns left out "
+                      "when the conversation outgrows its context; -m then names the server's "
+                      "model (default: its first)");
+  command->add_option("--api-key", options->remote.api_key,
+                      "With --url: the server's API key (default $OPENAI_API_KEY)");
+  command->add_option("--max-retries", options->remote.max_retries,
+                      "With --url: retries of a failed request (default 5)")
+      ->check(CLI::Range(0, 100));
+  command->callback([options, command] {
+    Status status;
+    if (!options->remote.url.empty()) {
+      RemoteChatOptions remote = options->remote;
+      remote.system = options->system;
+      remote.max_tokens = options->max_tokens;
+      remote.model = options->model.model_path;
+      if (command->get_option("--temperature")->count() > 0) {
+        remote.temperature = options->sampling.params.temperature;
+      }
+      status = run_remote_chat(remote);
+    } else {
+      status = run_chat(*options);
+    }
     if (!status.ok()) fail(status.message());
   });
 }

@@ -21,6 +21,7 @@ void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_router_command(CLI::App& app);
+void add_complete_command(CLI::App& app);
 void add_keys_command(CLI::App& app);
 void add_usage_command(CLI::App& app);
 

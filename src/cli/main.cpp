@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   tachyon::cli::add_chat_command(app);
   tachyon::cli::add_serve_command(app);
   tachyon::cli::add_router_command(app);
+  tachyon::cli::add_complete_command(app);
   tachyon::cli::add_keys_command(app);
   tachyon::cli::add_usage_command(app);
   tachyon::cli::command_line().assign(argv + 1, argv + argc);

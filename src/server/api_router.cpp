@@ -251,12 +251,15 @@ ApiRouter::Reply ApiRouter::admin_experts() const {
 
 json::object ApiRouter::model_json() const {
   std::shared_ptr<const ServedModel> model = context_.model();
-  return {
+  json::object entry{
       {"id", context_.options().model_id},
       {"object", "model"},
       {"created", model ? model->created : 0},
       {"owned_by", "tachyon"},
   };
+  // The context in tokens, under vLLM's name (clients check lengths with it).
+  if (model) entry["max_model_len"] = model->max_context;
+  return entry;
 }
 
 ApiRouter::Reply ApiRouter::list_models() const {
