@@ -1,6 +1,7 @@
 #include "client/api_client.h"
 
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <thread>
 
@@ -77,12 +78,23 @@ Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientOptions options) {
     const size_t close = authority.find(']');
     if (close == std::string_view::npos) return invalid_argument("--url: unclosed '['");
     host = authority.substr(1, close - 1);
-    if (authority.size() > close + 1 && authority[close + 1] == ':') port = authority.substr(close + 2);
+    const std::string_view after = authority.substr(close + 1);
+    if (after.starts_with(':')) {
+      port = after.substr(1);
+    } else if (!after.empty()) {
+      return invalid_argument(fmt::format("--url {}: expected [host]:port", options.url));
+    }
   } else if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
     host = authority.substr(0, colon);
     port = authority.substr(colon + 1);
   }
-  if (host.empty() || port.empty()) return invalid_argument(fmt::format("--url {}: no host", options.url));
+  if (host.empty()) return invalid_argument(fmt::format("--url {}: no host", options.url));
+  int port_number = 0;
+  auto [port_end, port_error] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+  if (port_error != std::errc() || port_end != port.data() + port.size() || port_number < 1 ||
+      port_number > 65535) {
+    return invalid_argument(fmt::format("--url {}: the port must be 1-65535", options.url));
+  }
   endpoint->host = std::string(host);
   endpoint->port = std::string(port);
   if (endpoint->tls) {
@@ -127,16 +139,35 @@ Result<ApiResponse> ApiClient::exchange(const std::string& path, const std::stri
   request.prepare_payload();
 
   ApiResponse response;
+  // Beast's timeouts bind only asynchronous operations, so each step is one, run to its end on
+  // this thread's io_context under the lowest layer's deadline (a server that goes silent ends
+  // the request after read_timeout_seconds without a byte).
+  // The deadline is set before the operation starts (Beast arms it then).
+  auto arm = [&](beast::tcp_stream& lowest, double limit) { lowest.expires_after(seconds(limit)); };
+  auto wait = [&](beast::tcp_stream& lowest) -> beast::error_code {
+    endpoint.io.restart();
+    endpoint.io.run();
+    lowest.expires_never();
+    return error;
+  };
+  auto handler = [&](const beast::error_code& result, std::size_t) { error = result; };
   // The same exchange over either stream.
-  auto run = [&](auto& stream, auto& lowest) -> Status {
-    lowest.expires_after(seconds(options_.read_timeout_seconds));
-    http::write(stream, request, error);
-    if (error) return unavailable(fmt::format("sending to {}: {}", base_url_, error.message()));
+  auto run = [&](auto& stream) -> Status {
+    beast::tcp_stream& lowest = beast::get_lowest_layer(stream);
+    const double limit = options_.read_timeout_seconds;
+    arm(lowest, limit);
+    http::async_write(stream, request, handler);
+    if (wait(lowest)) {
+      return unavailable(fmt::format("sending to {}: {}", base_url_, error.message()));
+    }
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
-    http::read_header(stream, buffer, parser, error);
-    if (error) return unavailable(fmt::format("no answer from {}: {}", base_url_, error.message()));
+    arm(lowest, limit);
+    http::async_read_header(stream, buffer, parser, handler);
+    if (wait(lowest)) {
+      return unavailable(fmt::format("no answer from {}: {}", base_url_, error.message()));
+    }
     response.status = parser.get().result_int();
     for (const auto& field : parser.get()) {
       response.headers[lower(field.name_string())] = std::string(field.value());
@@ -144,10 +175,11 @@ Result<ApiResponse> ApiClient::exchange(const std::string& path, const std::stri
     const bool to_sink = sink && response.status >= 200 && response.status < 300;
     std::array<char, 16384> chunk;
     while (!parser.is_done()) {
-      lowest.expires_after(seconds(options_.read_timeout_seconds));
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
-      http::read_some(stream, buffer, parser, error);
+      arm(lowest, limit);
+      http::async_read_some(stream, buffer, parser, handler);
+      wait(lowest);
       const size_t bytes = chunk.size() - parser.get().body().size;
       if (bytes > 0) {
         if (to_sink) {
@@ -164,13 +196,21 @@ Result<ApiResponse> ApiClient::exchange(const std::string& path, const std::stri
     }
     return Status();
   };
+  auto connect = [&](beast::tcp_stream& stream) -> Status {
+    arm(stream, options_.connect_timeout_seconds);
+    stream.async_connect(addresses, [&](const beast::error_code& result, const tcp::endpoint&) {
+      error = result;
+    });
+    if (wait(stream)) {
+      return unavailable(fmt::format("cannot connect to {}: {}", base_url_, error.message()));
+    }
+    return Status();
+  };
 
   if (!endpoint.tls) {
     beast::tcp_stream stream(endpoint.io);
-    stream.expires_after(seconds(options_.connect_timeout_seconds));
-    stream.connect(addresses, error);
-    if (error) return unavailable(fmt::format("cannot connect to {}: {}", base_url_, error.message()));
-    TACHYON_RETURN_IF_ERROR(run(stream, stream));
+    TACHYON_RETURN_IF_ERROR(connect(stream));
+    TACHYON_RETURN_IF_ERROR(run(stream));
     stream.socket().shutdown(tcp::socket::shutdown_both, error);
     return response;
   }
@@ -179,13 +219,15 @@ Result<ApiResponse> ApiClient::exchange(const std::string& path, const std::stri
     return unavailable("TLS: cannot set the server name");
   }
   stream.set_verify_callback(asio::ssl::host_name_verification(endpoint.host));
-  beast::get_lowest_layer(stream).expires_after(seconds(options_.connect_timeout_seconds));
-  beast::get_lowest_layer(stream).connect(addresses, error);
-  if (error) return unavailable(fmt::format("cannot connect to {}: {}", base_url_, error.message()));
-  stream.handshake(asio::ssl::stream_base::client, error);
-  if (error) return unavailable(fmt::format("TLS with {}: {}", base_url_, error.message()));
-  TACHYON_RETURN_IF_ERROR(run(stream, beast::get_lowest_layer(stream)));
-  stream.shutdown(error);
+  TACHYON_RETURN_IF_ERROR(connect(beast::get_lowest_layer(stream)));
+  arm(beast::get_lowest_layer(stream), options_.connect_timeout_seconds);
+  stream.async_handshake(asio::ssl::stream_base::client,
+                         [&](const beast::error_code& result) { error = result; });
+  if (wait(beast::get_lowest_layer(stream))) {
+    return unavailable(fmt::format("TLS with {}: {}", base_url_, error.message()));
+  }
+  TACHYON_RETURN_IF_ERROR(run(stream));
+  beast::get_lowest_layer(stream).close();  // no TLS close_notify wait: the answer is complete
   return response;
 }
 

@@ -58,28 +58,7 @@ Result<BatchJob> BatchJob::load(BatchOptions options) {
   BatchJob job(std::move(options));
   std::ifstream input(job.options_.input_path);
   if (!input) return not_found(fmt::format("cannot read {}", job.options_.input_path));
-
-  // What an earlier run finished: every complete line of the output (a partial last line, from
-  // a run that was killed while writing it, is cut off).
-  std::set<std::string> done;
-  if (std::filesystem::exists(job.options_.output_path)) {
-    std::ifstream previous(job.options_.output_path, std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(previous)), {});
-    const size_t complete = content.rfind('\n') == std::string::npos ? 0 : content.rfind('\n') + 1;
-    if (complete < content.size()) std::filesystem::resize_file(job.options_.output_path, complete);
-    size_t start = 0;
-    while (start < complete) {
-      const size_t end = content.find('\n', start);
-      boost::system::error_code error;
-      json::value line = json::parse(std::string_view(content).substr(start, end - start), error);
-      if (!error && line.is_object()) {
-        if (const json::value* id = line.get_object().if_contains("custom_id"); id && id->is_string()) {
-          done.insert(std::string(id->get_string()));
-        }
-      }
-      start = end + 1;
-    }
-  }
+  std::vector<Item> items;
   std::string line;
   size_t number = 0;
   std::set<std::string> seen;
@@ -91,12 +70,48 @@ Result<BatchJob> BatchJob::load(BatchOptions options) {
       return invalid_argument(fmt::format("{} line {}: custom_id '{}' is used twice",
                                           job.options_.input_path, number, parsed.custom_id));
     }
-    ++job.progress_.total;
-    if (done.count(parsed.custom_id)) {
-      ++job.progress_.skipped;
-      continue;
+    items.push_back({parsed.custom_id, parsed.url, parsed.body, parsed.error});
+  }
+
+  // What an earlier run finished: the output's complete lines, except results of requests that
+  // never reached the server (connection_error), which are tried again. A partial last line
+  // (a run killed while writing it) and those are cut out of the file before this run appends.
+  std::set<std::string> done;
+  if (std::filesystem::exists(job.options_.output_path)) {
+    std::ifstream previous(job.options_.output_path, std::ios::binary);
+    const std::string content((std::istreambuf_iterator<char>(previous)), {});
+    previous.close();
+    std::string kept;
+    size_t start = 0;
+    while (start < content.size()) {
+      const size_t end = content.find('\n', start);
+      if (end == std::string::npos) break;  // partial
+      const std::string_view text = std::string_view(content).substr(start, end - start);
+      start = end + 1;
+      boost::system::error_code error;
+      json::value result = json::parse(text, error);
+      const json::object* fields = !error && result.is_object() ? &result.get_object() : nullptr;
+      const json::value* id = fields ? fields->if_contains("custom_id") : nullptr;
+      const json::value* failure = fields ? fields->if_contains("error") : nullptr;
+      const bool unsent = failure && failure->is_object() && failure->get_object().contains("code") &&
+                          failure->get_object().at("code") == "connection_error";
+      if (unsent) continue;
+      if (id && id->is_string()) done.insert(std::string(id->get_string()));
+      kept.append(text).push_back('\n');
     }
-    job.items_.push_back({parsed.custom_id, parsed.url, parsed.body, parsed.error});
+    if (kept.size() != content.size()) {
+      std::ofstream rewrite(job.options_.output_path, std::ios::binary | std::ios::trunc);
+      rewrite << kept;
+      if (!rewrite) return io_error(fmt::format("cannot rewrite {}", job.options_.output_path));
+    }
+  }
+  for (Item& item : items) {
+    ++job.progress_.total;
+    if (done.count(item.custom_id)) {
+      ++job.progress_.skipped;
+    } else {
+      job.items_.push_back(std::move(item));
+    }
   }
   return job;
 }

@@ -8,7 +8,8 @@
 // {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}, with `error`
 // {"code", "message"} when the request failed for good (after the client's retries) or its line
 // was not a request. Lines are appended and flushed one by one; a run killed mid-line leaves a
-// partial last line, which the next run cuts off before it resumes.
+// partial last line, which the next run cuts off before it resumes; results of requests that
+// never reached the server (connection_error) are cut out too and those requests sent again.
 #pragma once
 
 #include <cstddef>

@@ -34,7 +34,8 @@ std::optional<double> parse_retry_after(std::string_view value) {
   // An HTTP date: "Wed, 21 Oct 2015 07:28:00 GMT".
   std::tm parts{};
   const std::string text(value);
-  if (strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &parts) == nullptr) return std::nullopt;
+  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &parts);
+  if (end == nullptr || *end != '\0') return std::nullopt;
   const std::time_t when = timegm(&parts);
   const double seconds = std::difftime(when, std::time(nullptr));
   return std::max(0.0, seconds);

@@ -104,6 +104,18 @@ return {'ok'}
 
 constexpr int kAdmit = 0, kFinish = 1, kLevels = 2, kSeed = 3;
 
+// One command, its arguments binary-safe; null when the connection failed.
+redisReply* command_argv(redisContext* context, const std::vector<std::string>& argv) {
+  std::vector<const char*> pointers;
+  std::vector<size_t> lengths;
+  for (const std::string& arg : argv) {
+    pointers.push_back(arg.data());
+    lengths.push_back(arg.size());
+  }
+  return static_cast<redisReply*>(
+      redisCommandArgv(context, static_cast<int>(argv.size()), pointers.data(), lengths.data()));
+}
+
 std::string script_text(int index) {
   switch (index) {
     case kAdmit:
@@ -211,15 +223,8 @@ Status RedisLimits::ensure_connected() {
     return unavailable(fmt::format("Redis at {} is unreachable: {}", url_, why));
   }
   redisSetTimeout(context_, timeout);
-  auto command = [&](std::vector<std::string> argv) -> Result<std::string> {
-    std::vector<const char*> pointers;
-    std::vector<size_t> lengths;
-    for (const std::string& arg : argv) {
-      pointers.push_back(arg.data());
-      lengths.push_back(arg.size());
-    }
-    auto* reply = static_cast<redisReply*>(redisCommandArgv(
-        context_, static_cast<int>(argv.size()), pointers.data(), lengths.data()));
+  auto command = [&](const std::vector<std::string>& argv) -> Result<std::string> {
+    redisReply* reply = command_argv(context_, argv);
     if (reply == nullptr) return unavailable(context_->errstr);
     std::string text(reply->str != nullptr ? reply->str : "", reply->len);
     const bool error = reply->type == REDIS_REPLY_ERROR;
@@ -266,14 +271,7 @@ Result<std::vector<std::string>> RedisLimits::run_script(int index,
     std::vector<std::string> argv = {"EVALSHA", script_sha_[index], std::to_string(keys.size())};
     argv.insert(argv.end(), keys.begin(), keys.end());
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<const char*> pointers;
-    std::vector<size_t> lengths;
-    for (const std::string& arg : argv) {
-      pointers.push_back(arg.data());
-      lengths.push_back(arg.size());
-    }
-    auto* reply = static_cast<redisReply*>(redisCommandArgv(
-        context_, static_cast<int>(argv.size()), pointers.data(), lengths.data()));
+    redisReply* reply = command_argv(context_, argv);
     if (reply == nullptr) {
       const std::string why = context_->errstr;
       drop_connection(why);

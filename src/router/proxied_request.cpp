@@ -237,6 +237,18 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::forward(Replica& replic
   co_return outcome;
 }
 
+asio::awaitable<bool> ProxiedRequest::write_piece(
+    http::response<http::buffer_body>& response,
+    http::response_serializer<http::buffer_body>& serializer, char* data, size_t size) {
+  response.body().data = data;
+  response.body().size = size;
+  response.body().more = true;
+  auto [error, written] = co_await http::async_write(connection_.stream(), serializer,
+                                                     asio::as_tuple(asio::use_awaitable));
+  (void)written;
+  co_return !error || error == http::error::need_buffer;  // need_buffer: it took all of it
+}
+
 template <typename Parser>
 asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica, Parser& parser,
                                                                const server::HangupWatch& watch,
@@ -317,17 +329,9 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
                                                           asio::as_tuple(asio::use_awaitable));
     (void)n;
     const size_t bytes = chunk.size() - parser.get().body().size;
-    if (bytes > 0) {
-      response.body().data = chunk.data();
-      response.body().size = bytes;
-      response.body().more = true;
-      auto [write_error, w] = co_await http::async_write(connection_.stream(), serializer,
-                                                         asio::as_tuple(asio::use_awaitable));
-      (void)w;
-      if (write_error && write_error != http::error::need_buffer) {
-        client_gone = true;
-        co_return Outcome::kClientGone;
-      }
+    if (bytes > 0 && !co_await write_piece(response, serializer, chunk.data(), bytes)) {
+      client_gone = true;
+      co_return Outcome::kClientGone;
     }
     if (read_error && read_error != http::error::need_buffer) {
       if (watch.client_gone()) {  // we closed the replica's connection: not its failure
@@ -358,13 +362,7 @@ asio::awaitable<ProxiedRequest::Outcome> ProxiedRequest::relay(Replica& replica,
       error.code = "replica_failed";
     }
     std::string event = "data: " + boost::json::serialize(error.to_json()) + "\n\n";
-    response.body().data = event.data();
-    response.body().size = event.size();
-    response.body().more = true;
-    auto [write_error, w] = co_await http::async_write(connection_.stream(), serializer,
-                                                       asio::as_tuple(asio::use_awaitable));
-    (void)w;
-    if (write_error && write_error != http::error::need_buffer) {
+    if (!co_await write_piece(response, serializer, event.data(), event.size())) {
       client_gone = true;
       co_return Outcome::kClientGone;
     }

@@ -62,6 +62,10 @@ class ProxiedRequest : public std::enable_shared_from_this<ProxiedRequest> {
   template <typename Parser>
   asio::awaitable<Outcome> relay(Replica& replica, Parser& parser,
                                  const server::HangupWatch& watch, bool& client_gone);
+  // One piece of the body to the client; false when the client is gone.
+  asio::awaitable<bool> write_piece(http::response<http::buffer_body>& response,
+                                    http::response_serializer<http::buffer_body>& serializer,
+                                    char* data, size_t size);
   server::HttpRequest upstream_request(const Replica& replica) const;
   // upstream_ takes one of the replica's idle connections; false when it has none.
   bool adopt_idle_connection(Replica& replica);

@@ -13,6 +13,7 @@
 
 #include "router/replica_client.h"
 #include "server/api_error.h"
+#include "server/url_path.h"
 #include "server/bearer_key.h"
 
 namespace tachyon::router {
@@ -24,21 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds(double value) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(value));
-}
-
-std::string percent_decode(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
 }
 
 // The model objects a replica's /health lists, or nothing when the body is not a health answer.
@@ -138,7 +124,7 @@ asio::awaitable<bool> RouterApi::serve(server::Connection& connection, server::H
   std::string route_model;
   constexpr std::string_view kModelPrefix = "/v1/models/";
   if (get && path.starts_with(kModelPrefix)) {
-    route_model = percent_decode(path.substr(kModelPrefix.size()));
+    route_model = server::percent_decode(path.substr(kModelPrefix.size()));
   }
   const bool union_models = get && path == "/v1/models";
   co_return co_await proxy(connection, std::move(request), std::move(route_model), union_models);

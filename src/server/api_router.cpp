@@ -12,6 +12,7 @@
 #include "gateway/key_secret.h"
 #include "runtime/engine.h"
 #include "server/bearer_key.h"
+#include "server/url_path.h"
 #include "server/engine_request_builder.h"
 #include "server/expert_report.h"
 #include "server/generation_session.h"
@@ -27,21 +28,6 @@ namespace json = boost::json;
 
 // Seconds a client should wait before asking again while the model loads.
 constexpr int kLoadingRetryAfterSeconds = 2;
-
-std::string percent_decode(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
 
 // Valid UTF-8 as a string, anything else as its byte values (llama.cpp's /tokenize does this).
 json::value piece_json(const std::string& bytes) {
