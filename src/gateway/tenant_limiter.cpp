@@ -211,10 +211,15 @@ std::optional<std::variant<Charge, Rejection>> TenantLimiter::admit_shared(
   check.month = month_of(day);
   Result<SharedDecision> decision = shared_->admit(check);
   if (!decision.ok() && decision.status().code() == StatusCode::kNotFound) {
-    // The day's (or month's) counters are not in Redis yet: the ledger is the truth.
-    Status seeded = refresh_quota_window(unix_now, ledger);
+    // The day's (or month's) counters are not in Redis yet (a new day, or Redis restarted):
+    // the ledger, which every replica writes, is the truth; this process's own counters are not.
+    Result<int64_t> day_tokens = ledger ? ledger->tokens_since(key_id_, day * kSecondsPerDay)
+                                        : Result<int64_t>(int64_t{0});
+    Result<int64_t> month_tokens = ledger ? ledger->tokens_since(key_id_, month_start(check.month))
+                                          : Result<int64_t>(int64_t{0});
+    Status seeded = !day_tokens.ok() ? day_tokens.status() : month_tokens.status();
     if (seeded.ok()) {
-      seeded = shared_->seed_quota(key_id_, day, check.month, day_tokens_, month_tokens_);
+      seeded = shared_->seed_quota(key_id_, day, check.month, *day_tokens, *month_tokens);
     }
     decision = seeded.ok() ? shared_->admit(check) : Result<SharedDecision>(seeded);
   }
