@@ -64,11 +64,6 @@ Result<std::unique_ptr<UsageLedger>> UsageLedger::open(const std::string& path, 
   return std::unique_ptr<UsageLedger>(new UsageLedger(std::move(db)));
 }
 
-size_t UsageLedger::num_pending() const {
-  std::lock_guard lock(mutex_);
-  return pending_.size();
-}
-
 Result<bool> UsageLedger::record(const UsageRecord& record) {
   if (record.request_id.empty()) return invalid_argument("a usage record needs a request_id");
   UsageRecord stamped = record;

@@ -61,8 +61,6 @@ class UsageLedger {
   // kept in memory, in order, and written first by the next record() that reaches it; so a
   // restart of the database loses none (a crash of this process while it is down would).
   Result<bool> record(const UsageRecord& record);
-  // Records kept in memory for an unreachable database.
-  size_t num_pending() const;
   // prompt + completion tokens of one key at or after `since_unix`.
   Result<int64_t> tokens_since(int64_t key_id, int64_t since_unix);
   // Totals per group, sorted by group.
@@ -76,7 +74,7 @@ class UsageLedger {
   Result<bool> insert(const UsageRecord& record);
 
   // One connection for every HTTP thread: a record is one small INSERT, so a mutex is enough.
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::unique_ptr<SqlDatabase> db_;
   std::deque<UsageRecord> pending_;  // not written yet: the database was unreachable
 };

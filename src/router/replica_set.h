@@ -53,6 +53,7 @@ class ReplicaSet {
   // Every model the replicas that are up serve, once each, in replica order.
   boost::json::array models() const;
   PrefixIndex& prefix_index() { return prefix_index_; }
+  const PrefixIndex& prefix_index() const { return prefix_index_; }
   RoutingPolicy policy() const { return policy_; }
 
  private:

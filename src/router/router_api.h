@@ -39,8 +39,6 @@ class RouterApi : public server::RequestHandler {
   size_t num_in_flight() const override;
   void cancel_in_flight() override;
 
-  ReplicaSet& replicas() { return *replicas_; }
-
  private:
   asio::awaitable<void> watch_replica(Replica& replica);
   asio::awaitable<void> check_replica(Replica& replica);

@@ -71,7 +71,7 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
   append_header(out, "tachyon:router_prefix_entries", "gauge",
                 "Prompt prefixes the cache-aware routing remembers.");
   out += fmt::format("tachyon:router_prefix_entries {}\n",
-                     const_cast<ReplicaSet&>(replicas).prefix_index().size());
+                     replicas.prefix_index().size());
   server::append_prometheus_histogram(
       out, "tachyon:router_forward_overhead_seconds",
       "Seconds from a request's arrival to its replica having it (parse, route, connect, send).",
