@@ -12,6 +12,7 @@ apt_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   unzip curl patch apache2-utils wrk
   redis-server libhiredis-dev postgresql libpq-dev
+  openmpi-bin libopenmpi-dev iproute2
 )
 
 missing=()

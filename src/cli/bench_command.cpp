@@ -97,6 +97,7 @@ Status run_bench(BenchOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   const bool speculate = options.speculation.options.enabled();
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  if (session.follows()) return session.follow();
   TACHYON_ASSIGN_OR_RETURN(DraftSession draft, open_draft_model(options.speculation));
   DecoderModel& model = *session.model;
   const int needed =

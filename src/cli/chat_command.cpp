@@ -170,6 +170,7 @@ Status run_chat(ChatOptions& options) {
   TACHYON_RETURN_IF_ERROR(options.sampling.finish());
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  if (session.follows()) return session.follow();
   TACHYON_RETURN_IF_ERROR(options.sampling.params.validate(session.tokenizer->vocabulary_size()));
   TACHYON_ASSIGN_OR_RETURN(ChatTemplate chat_template, session.chat_template());
   ChatSession chat(session, std::move(chat_template), options, options.sampling.params);

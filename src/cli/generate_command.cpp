@@ -79,6 +79,7 @@ Status run_generate(GenerateOptions& options) {
   SamplingParams params = options.sampling.params;
   if (options.max_tokens >= 0) params.max_tokens = options.max_tokens;
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+  if (session.follows()) return session.follow();
   TACHYON_RETURN_IF_ERROR(params.validate(session.tokenizer->vocabulary_size()));
 
   std::string text = options.prompt;

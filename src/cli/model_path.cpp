@@ -73,15 +73,23 @@ Result<std::unique_ptr<Tokenizer>> ModelFiles::load_tokenizer() const {
   return tokenizer;
 }
 
+Result<ModelConfig> ModelFiles::config() const {
+  Result<ModelConfig> config =
+      gguf ? ModelConfig::from_gguf(*gguf) : ModelConfig::from_hf_checkpoint(*checkpoint);
+  if (!config.ok()) return with_path(path, config.status());
+  return config;
+}
+
 Result<std::unique_ptr<DecoderModel>> ModelFiles::load_model(
-    std::optional<DType> quantize, const MemoryAmount& experts_memory) const {
+    std::optional<DType> quantize, const MemoryAmount& experts_memory,
+    const ModelShard* shard) const {
   if (!gguf && !experts_memory.empty()) {
     return invalid_argument(path + ": --experts-mem reads experts from a GGUF file; convert the "
                             "folder first (llama.cpp's convert_hf_to_gguf.py)");
   }
   Result<std::unique_ptr<DecoderModel>> model =
-      gguf ? DecoderModel::load(*gguf, quantize, experts_memory)
-           : DecoderModel::load(*checkpoint, quantize);
+      gguf ? DecoderModel::load(*gguf, quantize, experts_memory, shard)
+           : DecoderModel::load(*checkpoint, quantize, shard);
   if (!model.ok()) return with_path(path, model.status());
   return model;
 }

@@ -27,8 +27,12 @@ struct ModelFiles {
   Result<std::unique_ptr<Tokenizer>> load_tokenizer() const;
   // `quantize`: float matrices quantized at load (--quantize); `experts_memory`: --experts-mem
   // (GGUF files only).
+  // `shard`: this process's part of a model split over several (null: all of it).
   Result<std::unique_ptr<DecoderModel>> load_model(std::optional<DType> quantize = std::nullopt,
-                                                   const MemoryAmount& experts_memory = {}) const;
+                                                   const MemoryAmount& experts_memory = {},
+                                                   const ModelShard* shard = nullptr) const;
+  // The model's shape, without its weights.
+  Result<ModelConfig> config() const;
   // The chat template's source: GGUF's tokenizer.chat_template, or tokenizer_config.json's
   // chat_template (a string, or the entry named "default" of a list) or chat_template.jinja.
   Result<std::string> chat_template_source() const;

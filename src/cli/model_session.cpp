@@ -1,12 +1,18 @@
 #include "cli/model_session.h"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/model_path.h"
+#include "dist/mpi_communicator.h"
 #include "kv_cache/kv_cache_type.h"
 #include "model_files/file_fingerprint.h"
+#include "models/shard_follower.h"
 
 namespace tachyon::cli {
 
@@ -31,7 +37,75 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
                      "MoE models larger than RAM: keep the routed experts in the model file and at "
                      "most this much of them in memory, the most used ones (a size such as 24GiB, "
                      "or a fraction of the experts' bytes such as 0.5; default: all in memory)");
+  add_parallel_options(command, options);
 }
+
+void add_parallel_options(CLI::App& command, ModelOptions& options) {
+  command
+      .add_option("--tp", options.tensor_parallel,
+                  "Tensor parallelism: split every layer's heads and rows over this many "
+                  "processes (run under mpirun -np tp*pp; default 1)")
+      ->check(CLI::Range(1, 4096));
+  command
+      .add_option("--pp", options.pipeline_parallel,
+                  "Pipeline parallelism: split the layers into this many stages, one group of "
+                  "--tp processes each (run under mpirun -np tp*pp; default 1)")
+      ->check(CLI::Range(1, 4096));
+}
+
+namespace {
+
+// Each layer's bytes in a GGUF file, then the output projection's (what pipeline stages are
+// balanced by); empty for a Hugging Face folder (ModelShard then counts parameters).
+std::vector<double> layer_bytes(const ModelFiles& files, const ModelConfig& config) {
+  if (!files.gguf) return {};
+  std::vector<double> bytes(static_cast<size_t>(config.num_layers) + 1, 0.0);
+  for (const GgufTensorInfo& tensor : files.gguf->tensors()) {
+    int layer = -1;
+    if (std::sscanf(tensor.name.c_str(), "blk.%d.", &layer) == 1 && layer >= 0 &&
+        layer < config.num_layers) {
+      bytes[layer] += static_cast<double>(tensor.num_bytes);
+    } else if (tensor.name == (config.tied_embeddings ? "token_embd.weight" : "output.weight")) {
+      bytes.back() += static_cast<double>(tensor.num_bytes);
+    }
+  }
+  return bytes;
+}
+
+// The job's communicators and this rank's part of the model (--tp/--pp).
+Result<ModelShard> join_job(const ModelOptions& options, const ModelConfig& config,
+                            ModelSession& session) {
+  const int ranks = options.tensor_parallel * options.pipeline_parallel;
+  if (!options.quantize.empty() || !options.experts_memory.empty() ||
+      options.numerics != "native" || options.kv_evict != "none") {
+    return unsupported("--quantize, --experts-mem, --numerics llama.cpp and --kv-evict run in one "
+                       "process (not with --tp or --pp yet)");
+  }
+  if (!dist::launched_by_mpi()) {
+    return invalid_argument(fmt::format("--tp {} --pp {} needs {} processes: start them with "
+                                        "mpirun -np {} tachyon ...",
+                                        options.tensor_parallel, options.pipeline_parallel, ranks,
+                                        ranks));
+  }
+  TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<dist::MpiCommunicator> world,
+                           dist::MpiCommunicator::world());
+  if (world->size() != ranks) {
+    return invalid_argument(fmt::format("--tp {} --pp {} needs {} processes; mpirun started {}",
+                                        options.tensor_parallel, options.pipeline_parallel,
+                                        ranks, world->size()));
+  }
+  TACHYON_ASSIGN_OR_RETURN(ModelShard shard,
+                           ModelShard::plan(config, options.tensor_parallel,
+                                            options.pipeline_parallel, world->rank(),
+                                            layer_bytes(session.files, config)));
+  session.tensor_group = world->split(shard.pp_stage, shard.tp_rank);
+  session.world = std::move(world);
+  shard.world = session.world.get();
+  shard.tensor_group = session.tensor_group.get();
+  return shard;
+}
+
+}  // namespace
 
 void add_cache_type_option(CLI::App& command, std::string& cache_type) {
   command
@@ -62,7 +136,9 @@ void add_numerics_option(CLI::App& command, ModelOptions& options) {
       ->check(CLI::IsMember({"native", "llama.cpp"}));
 }
 
-Result<ModelSession> open_session(const ModelOptions& options) {
+namespace {
+
+Result<ModelSession> open_session_here(const ModelOptions& options) {
   ModelSession session;
   TACHYON_ASSIGN_OR_RETURN(session.files, open_model(options.model_path));
   const std::string& path = session.files.path;
@@ -89,8 +165,30 @@ Result<ModelSession> open_session(const ModelOptions& options) {
                              parse_memory_amount(options.experts_memory, "--experts-mem",
                                                  "the model's routed-expert bytes"));
   }
-  TACHYON_ASSIGN_OR_RETURN(session.model, session.files.load_model(quantize, experts_memory));
+  std::optional<ModelShard> shard;
+  if (options.distributed()) {
+    TACHYON_ASSIGN_OR_RETURN(const ModelConfig shape, session.files.config());
+    Result<ModelShard> planned = join_job(options, shape, session);
+    if (!planned.ok()) return with_path(planned.status());
+    shard = std::move(*planned);
+  } else if (dist::launched_by_mpi()) {
+    TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<dist::MpiCommunicator> world,
+                             dist::MpiCommunicator::world());
+    if (world->size() > 1) {
+      return invalid_argument(fmt::format("mpirun started {} processes but neither --tp nor --pp "
+                                          "says how to split the model over them",
+                                          world->size()));
+    }
+  }
+  TACHYON_ASSIGN_OR_RETURN(session.model,
+                           session.files.load_model(quantize, experts_memory,
+                                                    shard ? &*shard : nullptr));
   const ModelConfig& config = session.model->config();
+  if (shard) {  // on stderr: stdout is the command's output (perplexity --json, generate)
+    fmt::print(stderr, "tachyon: rank {}: {}; {:.1f} MiB of weights resident\n",
+               session.world->rank(), shard->describe(config),
+               static_cast<double>(session.model->weights().arena->allocated_bytes()) / (1 << 20));
+  }
   if (config.vocab_size != session.tokenizer->vocabulary_size()) {
     return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "
                                               "tokens",
@@ -112,6 +210,38 @@ Result<ModelSession> open_session(const ModelOptions& options) {
   }
   session.pool = std::make_unique<ThreadPool>(options.threads);
   return session;
+}
+
+}  // namespace
+
+bool leads_job(const ModelOptions& options) {
+  if (!options.distributed() || !dist::launched_by_mpi()) return true;
+  Result<std::unique_ptr<dist::MpiCommunicator>> world = dist::MpiCommunicator::world();
+  return !world.ok() || (*world)->rank() == 0;
+}
+
+Result<ModelSession> open_session(const ModelOptions& options) {
+  Result<ModelSession> session = open_session_here(options);
+  if (!session.ok() && options.distributed() && dist::launched_by_mpi()) {
+    fmt::print(stderr, "tachyon: error: {}\n", session.status().message());
+    std::fflush(stderr);
+    Result<std::unique_ptr<dist::MpiCommunicator>> world = dist::MpiCommunicator::world();
+    if (world.ok()) (*world)->abort(1);
+  }
+  return session;
+}
+
+Status ModelSession::follow() {
+  // A follower ends when the leader stops it (the leader drains first on SIGTERM or Ctrl-C,
+  // which mpirun hands every rank), or is killed with the job.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  Status status = ShardFollower(*model, *pool).run();
+  if (!status.ok()) {
+    spdlog::error("{}", status.message());
+    world->abort(1);
+  }
+  return status;
 }
 
 Result<Sha256Digest> model_fingerprint(const ModelSession& session, const ModelOptions& options) {

@@ -10,6 +10,7 @@
 
 #include "core/sha256.h"
 #include "core/thread_pool.h"
+#include "dist/communicator.h"
 #include "cli/model_path.h"
 #include "models/decoder_model.h"
 #include "chat/chat_template.h"
@@ -28,13 +29,19 @@ struct ModelOptions {
   std::string experts_memory;  // --experts-mem: "" (all resident), a size or a fraction
   std::string kv_evict = "none";  // --kv-evict: none or snapkv
   int kv_evict_budget = 1024;     // --kv-evict-budget
+  // Several processes running one model (mpirun -np tp*pp ...): --tp and --pp.
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  bool distributed() const { return tensor_parallel * pipeline_parallel > 1; }
   // The SnapKV budget the options ask for (0: off).
   int snapkv_budget() const { return kv_evict == "snapkv" ? kv_evict_budget : 0; }
 };
 
-// Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type, --quantize and
-// --experts-mem.
+// Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type, --quantize,
+// --experts-mem, --tp and --pp.
 void add_model_options(CLI::App& command, ModelOptions& options);
+// Adds --tp and --pp (a model split over the processes of an mpirun job).
+void add_parallel_options(CLI::App& command, ModelOptions& options);
 // Adds --cache-type (f16, f32 or q8) writing to `cache_type`.
 void add_cache_type_option(CLI::App& command, std::string& cache_type);
 // Adds --kv-evict (none or snapkv) and --kv-evict-budget.
@@ -43,12 +50,22 @@ void add_kv_evict_options(CLI::App& command, ModelOptions& options);
 void add_numerics_option(CLI::App& command, ModelOptions& options);
 
 struct ModelSession {
+  // With --tp/--pp: every rank of the job and this stage's TP ranks (declared before `model`,
+  // which uses them until it is gone).
+  std::unique_ptr<dist::Communicator> world;
+  std::unique_ptr<dist::Communicator> tensor_group;
   ModelFiles files;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<ThreadPool> pool;
   int context_size = 0;
   DType cache_type = DType::kF16;
+
+  // A rank other than the leader of a model split over several processes: it only follows.
+  bool follows() const { return model->shard().distributed() && !model->shard().leader(); }
+  // A follower's whole job: the leader's forward passes until the leader stops. An error
+  // here ends every rank (the others would wait on this one for ever).
+  Status follow();
 
   // The model's chat template, or an error saying it has none.
   Result<ChatTemplate> chat_template() const;
@@ -58,8 +75,14 @@ struct ModelSession {
                                   bool add_generation_prompt) const;
 };
 
-// Opens the model (the default one when no path was given) with clear errors.
+// Opens the model (the default one when no path was given) with clear errors. With --tp/--pp
+// (under mpirun) this process's part of it; there a failure prints its error and ends every
+// rank of the job (the others would wait on this one for ever). A command then runs on the
+// leader and, on the other ranks, returns session.follow().
 Result<ModelSession> open_session(const ModelOptions& options);
+// False on the ranks of an --tp/--pp job other than the leader (world rank 0): those only
+// follow (`serve` starts no server there).
+bool leads_job(const ModelOptions& options);
 
 // Names what the session's model computes: its files' fingerprint, the quantization at load
 // and the numerics (keys the KV disk tier).

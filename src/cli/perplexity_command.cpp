@@ -145,7 +145,12 @@ Status run_perplexity(const PerplexityOptions& options) {
   buffer << in.rdbuf();
   ModelOptions model_options = options.model;
   model_options.context_size = options.window;
+  if (options.stream && model_options.distributed()) {
+    // It drops and shifts cached positions outside the forward passes every rank runs.
+    return unsupported("--stream runs in one process (not with --tp or --pp yet)");
+  }
   TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(model_options));
+  if (session.follows()) return session.follow();
 
   // A model whose vocabulary asks for BOS (Gemma, Llama) gets it first, and each window of the
   // default mode starts with it, as llama.cpp's perplexity tool does (Gemma without it is lost).
@@ -252,6 +257,7 @@ void add_perplexity_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   add_cache_type_option(*command, options->model.cache_type);
   add_numerics_option(*command, options->model);
+  add_parallel_options(*command, options->model);
   command->add_option("-f,--file", options->file, "Text file")->required();
   command->add_option("--ctx", options->window, "Window size in tokens (512)")
       ->check(CLI::Range(2, 1 << 20));

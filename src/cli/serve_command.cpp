@@ -159,6 +159,14 @@ Status run_serve(ServeCommandOptions& options) {
     options.engine.kv_disk_bytes = amount->bytes;
   }
   options.engine.snapkv_budget = options.model.snapkv_budget();
+  if (!leads_job(options.model)) {  // an --tp/--pp rank that only computes its part
+    TACHYON_ASSIGN_OR_RETURN(ModelSession session, open_session(options.model));
+    return session.follow();
+  }
+  if (options.model.distributed() && options.replicas > 1) {
+    return invalid_argument("--replicas starts servers of one process each; it does not go with "
+                            "--tp or --pp");
+  }
   TACHYON_RETURN_IF_ERROR(options.speculation.finish());
   options.engine.speculative = options.speculation.options;
   const std::string path =

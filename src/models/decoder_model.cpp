@@ -11,33 +11,52 @@
 #include "kernels/reference/dequantize.h"
 #include "models/expert_router.h"
 #include "models/layers.h"
+#include "models/shard_call.h"
 
 namespace tachyon {
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file,
                                                         std::optional<DType> quantize,
-                                                        const MemoryAmount& experts_memory) {
+                                                        const MemoryAmount& experts_memory,
+                                                        const ModelShard* shard) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
   TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights,
-                           DecoderWeights::load(file, config, quantize, experts_memory));
-  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
+                           DecoderWeights::load(file, config, quantize, experts_memory, shard));
+  ModelShard part = shard != nullptr ? *shard : ModelShard::whole(config);
+  return std::unique_ptr<DecoderModel>(
+      new DecoderModel(std::move(config), std::move(weights), std::move(part)));
 }
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& checkpoint,
-                                                        std::optional<DType> quantize) {
+                                                        std::optional<DType> quantize,
+                                                        const ModelShard* shard) {
   TACHYON_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_hf_checkpoint(checkpoint));
   TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights,
-                           DecoderWeights::load(checkpoint, config, quantize));
-  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(config), std::move(weights)));
+                           DecoderWeights::load(checkpoint, config, quantize, shard));
+  ModelShard part = shard != nullptr ? *shard : ModelShard::whole(config);
+  return std::unique_ptr<DecoderModel>(
+      new DecoderModel(std::move(config), std::move(weights), std::move(part)));
 }
 
-DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
+DecoderModel::~DecoderModel() {
+  if (shard_.distributed() && shard_.leader()) send_shard_call(*shard_.world, ShardCall{});
+}
+
+DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights, ModelShard shard)
     : config_(std::move(config)),
       weights_(std::move(weights)),
+      shard_(std::move(shard)),
       rope_(config_.rope, weights_.rope_frequency_factors),
       local_rope_(config_.local_rope, config_.local_rope.has_frequency_factors
                                           ? std::span<const float>(weights_.rope_frequency_factors)
                                           : std::span<const float>()) {
+  const int64_t group = config_.num_heads / std::max(config_.num_kv_heads, 1);
+  query_rows_.begin.clear();
+  kv_rows_.begin.clear();
+  for (int64_t heads : shard_.kv_heads.begin) {
+    query_rows_.begin.push_back(heads * group * config_.head_size);
+    kv_rows_.begin.push_back(heads * config_.head_size);
+  }
   if (config_.moe.enabled()) {
     std::vector<int> moe_layers;
     for (int i = 0; i < config_.num_layers + config_.num_mtp_layers; ++i) {
@@ -49,6 +68,7 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
 
 Status DecoderModel::set_numerics(Numerics numerics) {
   if (numerics == Numerics::kLlamaCpp) {
+    if (shard_.distributed()) return unsupported("llama.cpp numerics run in one process");
     if (config_.mla.enabled() || config_.moe.enabled()) {
       return unsupported("llama.cpp numerics cover dense models without MLA");
     }
@@ -119,13 +139,15 @@ void DecoderModel::shift_keys(float* keys, int count, int delta) const {
     cos_row[j] /= factor;
     sin_row[j] /= factor;
   }
-  const int kv_size = config_.kv_size();
+  // The cache's heads: a tensor-parallel shard's own.
+  const int kv_heads = attention_shape().num_kv_heads;
+  const int kv_size = config_.mla.enabled() ? config_.kv_size() : kv_heads * config_.head_size;
   for (int t = 0; t < count; ++t) {
     float* row = keys + static_cast<int64_t>(t) * kv_size;
     if (config_.mla.enabled()) {
       rope_.rotate(row + config_.mla.kv_lora_rank, 1, cos_row.data(), sin_row.data());
     } else {
-      rotate(row, config_.num_kv_heads, cos_row.data(), sin_row.data());
+      rotate(row, kv_heads, cos_row.data(), sin_row.data());
     }
   }
 }
@@ -142,14 +164,93 @@ void DecoderModel::rotate(float* heads, int num_heads, const float* cos_row,
 
 void DecoderModel::embed(const kernels::WeightMatrix& table, std::span<const TokenIndex> tokens,
                          float* out) const {
+  // A shard's table starts at its first vocabulary row (the whole table: 0).
+  const int64_t first = table.rows == config_.vocab_size ? 0
+                                                         : shard_.vocab_rows.first(shard_.tp_rank);
   for (size_t t = 0; t < tokens.size(); ++t) {
-    const uint8_t* row = table.data + static_cast<size_t>(tokens[t]) * table.row_bytes();
+    const int64_t index = tokens[t] - first;
+    if (index < 0 || index >= table.rows) {
+      std::fill_n(out + t * table.cols, table.cols, 0.0f);
+      continue;
+    }
+    const uint8_t* row = table.data + static_cast<size_t>(index) * table.row_bytes();
     // Every matmul-capable type has a dequantizer, so this cannot fail for a loaded model.
     Status status = reference::dequantize(table.type, row, out + t * table.cols, table.cols);
     (void)status;
     if (config_.embedding_scale != 1.0f) {
       for (int64_t c = 0; c < table.cols; ++c) out[t * table.cols + c] *= config_.embedding_scale;
     }
+  }
+  if (first != 0 || table.rows != config_.vocab_size) {
+    shard_.tensor_group->all_reduce_sum(out, tokens.size() * static_cast<size_t>(table.cols));
+  }
+}
+
+namespace {
+
+// Each rank's block of a [num_tokens, split.total()] product's columns, rank after rank: its
+// size and offset in floats.
+void exchange_layout(const RowSplit& split, int num_tokens, std::vector<int>& counts,
+                     std::vector<int>& offsets) {
+  counts.resize(split.parts());
+  offsets.resize(split.parts());
+  for (int p = 0; p < split.parts(); ++p) {
+    counts[p] = static_cast<int>(split.count(p) * num_tokens);
+    offsets[p] = static_cast<int>(split.first(p) * num_tokens);
+  }
+}
+
+// out (f32 [num_tokens, split.total()]) from the rank-major blocks of `exchange`.
+void unpack_rank_major(const float* exchange, int num_tokens, const RowSplit& split, float* out) {
+  const int64_t total = split.total();
+  for (int p = 0; p < split.parts(); ++p) {
+    const int64_t cols = split.count(p);
+    const float* from = exchange + split.first(p) * num_tokens;
+    for (int t = 0; t < num_tokens; ++t) {
+      std::memcpy(out + t * total + split.first(p), from + t * cols, cols * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+void DecoderModel::gather_columns(const float* local, int num_tokens, const RowSplit& split,
+                                  float* out) {
+  std::vector<int> counts, offsets;
+  exchange_layout(split, num_tokens, counts, offsets);
+  if (num_tokens == 1) {  // rank-major is already token-major
+    shard_.tensor_group->all_gather(local, counts, offsets, out);
+    return;
+  }
+  AlignedVector<float>& exchange = workspace_.exchange;
+  exchange.resize(static_cast<size_t>(split.total()) * num_tokens);
+  shard_.tensor_group->all_gather(local, counts, offsets, exchange.data());
+  unpack_rank_major(exchange.data(), num_tokens, split, out);
+}
+
+void DecoderModel::gather_columns_to_first(const float* local, int num_tokens,
+                                           const RowSplit& split, float* out) {
+  std::vector<int> counts, offsets;
+  exchange_layout(split, num_tokens, counts, offsets);
+  if (num_tokens == 1) {
+    shard_.tensor_group->gather(local, counts, offsets, out, 0);
+    return;
+  }
+  const bool root = shard_.tp_rank == 0;
+  AlignedVector<float>& exchange = workspace_.exchange;
+  if (root) exchange.resize(static_cast<size_t>(split.total()) * num_tokens);
+  shard_.tensor_group->gather(local, counts, offsets, exchange.data(), 0);
+  if (root) unpack_rank_major(exchange.data(), num_tokens, split, out);
+}
+
+void DecoderModel::receive_logits(int count, std::vector<float>& logits) {
+  const size_t size = static_cast<size_t>(count) * config_.vocab_size;
+  const int last = shard_.world_rank(shard_.pp_size - 1, 0);
+  if (shard_.leader()) {
+    logits.resize(size);
+    if (size > 0) shard_.world->receive(logits.data(), size * sizeof(float), last, kLogitsTag);
+  } else if (shard_.world->rank() == last && size > 0) {
+    shard_.world->send(logits.data(), size * sizeof(float), 0, kLogitsTag);
   }
 }
 
@@ -174,18 +275,35 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
                                           config_.vocab_size - 1));
     }
   }
+  if (shard_.distributed()) {
+    if (observer != nullptr || final_hidden != nullptr) {
+      return unsupported("SnapKV and MTP run in one process");
+    }
+    if (shard_.leader()) {
+      ShardCall call;
+      call.kind = ShardCall::Kind::kForward;
+      call.cache_id = reinterpret_cast<uintptr_t>(&cache);
+      call.cache_type = cache.type();
+      call.capacity = cache.capacity();
+      call.start_position = start_position;
+      call.num_logits = num_logits;
+      call.position_offset = position_offset;
+      call.tokens.assign(tokens.begin(), tokens.end());
+      send_shard_call(*shard_.world, call);
+    }
+  }
 
   std::vector<int>& positions = workspace_.positions;
   positions.resize(num_tokens);
   for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t + position_offset;
-  const int64_t kv_size = config_.kv_size();
+  const int64_t kv_size = kv_rows_.count(shard_.tp_rank);
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
-    cache.store(layer, start_position + first, end - first, workspace_.key.data() + offset,
-                workspace_.value.data() + offset);
+    cache.store(cache_layer(layer), start_position + first, end - first,
+                workspace_.key.data() + offset, workspace_.value.data() + offset);
   };
   auto prefetch_store = [&](int layer) {
-    cache.prefetch_store(layer, start_position, num_tokens);
+    cache.prefetch_store(cache_layer(layer), start_position, num_tokens);
   };
   // This batch's keys and values are in the cache: every query attends over it.
   Status layers = run_layers(tokens, store, prefetch_store, [&](int layer) {
@@ -195,8 +313,8 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
       causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache, layer,
                                 w.attention.data(), pool);
     } else {
-      causal_attention(shape, w.query.data(), num_tokens, start_position, cache, layer,
-                       w.attention.data(), pool);
+      causal_attention(shape, w.query.data(), num_tokens, start_position, cache,
+                       cache_layer(layer), w.attention.data(), pool);
     }
     if (observer != nullptr) (*observer)(layer, w.query.data(), num_tokens);
   }, pool);
@@ -204,8 +322,16 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   if (final_hidden != nullptr) normalize_final(num_tokens, pool, *final_hidden);
   std::vector<int> rows(num_logits);
   for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
-  project_logits(rows, weights_.output_norm, weights_.output, logits, pool);
+  output_logits(rows, logits, pool);
   return Status();
+}
+
+void DecoderModel::output_logits(std::span<const int> rows, std::vector<float>& logits,
+                                 ThreadPool& pool) {
+  if (shard_.last_stage()) {
+    project_logits(rows, weights_.output_norm, weights_.output, logits, pool);
+  }
+  if (shard_.pp_size > 1) receive_logits(static_cast<int>(rows.size()), logits);
 }
 
 void DecoderModel::normalize_final(int num_tokens, ThreadPool& pool, std::vector<float>& out) {
@@ -241,27 +367,127 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
                                    const AttentionObserver* observer,
                                    std::vector<float>* final_hidden) {
   TACHYON_RETURN_IF_ERROR(check_batch(batch, cache));
+  if (shard_.distributed()) {
+    if (observer != nullptr || final_hidden != nullptr) {
+      return unsupported("SnapKV and MTP run in one process");
+    }
+    if (shard_.leader()) {
+      ShardCall call;
+      call.kind = ShardCall::Kind::kForwardBatch;
+      call.cache_id = reinterpret_cast<uintptr_t>(&cache);
+      call.cache_type = cache.type();
+      call.capacity = cache.num_blocks();
+      call.num_local_blocks = cache.num_local_blocks();
+      call.batch = batch;
+      send_shard_call(*shard_.world, call);
+    }
+  }
+  for (const ForwardBatch::BlockCopy& copy : batch.block_copies) {
+    cache.copy_block(copy.from, copy.to);
+  }
+  for (const ForwardBatch::KeyShift& shift : batch.key_shifts) {
+    cache.rewrite_keys(shift.block, shift.count,
+                       [&](float* keys, int n) { shift_keys(keys, n, shift.delta); });
+  }
+  if (shard_.pp_size > 1 && batch.sequences.size() > 1) {
+    return forward_micro_batches(batch, cache, pool, logits);
+  }
+  TACHYON_RETURN_IF_ERROR(run_batch_layers(batch, cache, pool, observer));
+  if (final_hidden != nullptr) normalize_final(batch.num_tokens(), pool, *final_hidden);
+  output_logits(batch.logits_tokens, logits, pool);
+  return Status();
+}
+
+Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, PagedKvCache& cache,
+                                           ThreadPool& pool, std::vector<float>& logits) {
+  // As many micro-batches as stages (whole sequences, about equal tokens): while a stage runs
+  // micro-batch k, the one before it runs k + 1. A token's result depends only on its own
+  // sequence, so the logits are those of one pass.
+  const int count = static_cast<int>(batch.sequences.size());
+  const int parts = std::min(shard_.pp_size, count);
+  std::vector<int> first_sequence = {0};
+  int tokens = 0;
+  for (int s = 0; s < count && static_cast<int>(first_sequence.size()) < parts; ++s) {
+    tokens += batch.sequences[s].num_tokens;
+    const int part = static_cast<int>(first_sequence.size());
+    if (static_cast<int64_t>(tokens) * parts >= static_cast<int64_t>(batch.num_tokens()) * part ||
+        count - (s + 1) == parts - part) {
+      first_sequence.push_back(s + 1);
+    }
+  }
+  first_sequence.push_back(count);
+  std::vector<float> all_logits;
+  for (size_t k = 0; k + 1 < first_sequence.size(); ++k) {
+    ForwardBatch& micro = micro_batch_;
+    micro.clear();
+    micro.block_size = batch.block_size;
+    const BatchSequence& first = batch.sequences[first_sequence[k]];
+    const BatchSequence& last = batch.sequences[first_sequence[k + 1] - 1];
+    const int begin = first.first_token;
+    const int end = last.first_token + last.num_tokens;
+    auto slice = [&](const auto& from, auto& to) {
+      if (!from.empty()) to.assign(from.begin() + begin, from.begin() + end);
+    };
+    slice(batch.tokens, micro.tokens);
+    slice(batch.positions, micro.positions);
+    slice(batch.slots, micro.slots);
+    slice(batch.local_slots, micro.local_slots);
+    for (int s = first_sequence[k]; s < first_sequence[k + 1]; ++s) {
+      micro.sequences.push_back(batch.sequences[s]);
+      micro.sequences.back().first_token -= begin;
+    }
+    for (int t : batch.logits_tokens) {
+      if (t >= begin && t < end) micro.logits_tokens.push_back(t - begin);
+    }
+    TACHYON_RETURN_IF_ERROR(run_batch_layers(micro, cache, pool, nullptr));
+    if (shard_.last_stage()) {
+      project_logits(micro.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
+      all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+    }
+  }
+  logits = std::move(all_logits);
+  receive_logits(static_cast<int>(batch.logits_tokens.size()), logits);
+  return Status();
+}
+
+Status DecoderModel::run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache,
+                                      ThreadPool& pool, const AttentionObserver* observer) {
   workspace_.positions = batch.positions;
-  const int64_t kv_size = config_.kv_size();
+  const int64_t kv_size = kv_rows_.count(shard_.tp_rank);
   // Sliding-window layers store in their own blocks (PagedKvCache::is_local).
   auto slots = [&](int layer) -> const std::vector<int64_t>& {
-    return cache.is_local(layer) ? batch.local_slots : batch.slots;
+    return cache.is_local(cache_layer(layer)) ? batch.local_slots : batch.slots;
   };
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
-    cache.store(layer, std::span<const int64_t>(slots(layer)).subspan(first, end - first),
+    cache.store(cache_layer(layer),
+                std::span<const int64_t>(slots(layer)).subspan(first, end - first),
                 workspace_.key.data() + offset, workspace_.value.data() + offset);
   };
-  auto prefetch_store = [&](int layer) { cache.prefetch_store(layer, slots(layer)); };
+  auto prefetch_store = [&](int layer) {
+    cache.prefetch_store(cache_layer(layer), slots(layer));
+  };
   TACHYON_RETURN_IF_ERROR(run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
-    paged_attention(attention_shape(layer), w.query.data(), batch, cache, layer,
+    paged_attention(attention_shape(layer), w.query.data(), batch, cache, cache_layer(layer),
                     w.attention.data(), pool);
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool));
-  if (final_hidden != nullptr) normalize_final(batch.num_tokens(), pool, *final_hidden);
-  project_logits(batch.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
   return Status();
+}
+
+Result<std::unique_ptr<PagedKvCache>> DecoderModel::make_paged_cache(int num_blocks,
+                                                                     int block_size, DType type,
+                                                                     int num_local_blocks) const {
+  std::vector<bool> local_layers;
+  if (num_local_blocks > 0 && config_.has_local_layers()) {
+    local_layers.assign(config_.local_layers.begin() + shard_.first_layer,
+                        config_.local_layers.begin() + shard_.end_layer);
+  }
+  return PagedKvCache::create(shard_.num_layers(), attention_shape().num_kv_heads,
+                              config_.head_size, num_blocks, block_size, type,
+                              config_.kv_values_are_keys(), std::move(local_layers),
+                              num_local_blocks);
 }
 
 Result<std::unique_ptr<PagedKvCache>> DecoderModel::make_mtp_cache(int num_blocks, int block_size,
@@ -340,8 +566,9 @@ AttentionShape DecoderModel::attention_shape() const {
   }
   const int scale_dim =
       config_.attention_scale_dim > 0 ? config_.attention_scale_dim : config_.head_size;
-  return AttentionShape{config_.num_heads, config_.num_kv_heads, config_.head_size,
-                        1.0f / std::sqrt(static_cast<float>(scale_dim))};
+  const int kv_heads = shard_.local_kv_heads();
+  return AttentionShape{kv_heads * (config_.num_heads / config_.num_kv_heads), kv_heads,
+                        config_.head_size, 1.0f / std::sqrt(static_cast<float>(scale_dim))};
 }
 
 AttentionShape DecoderModel::attention_shape(int layer) const {
@@ -354,15 +581,29 @@ Status DecoderModel::run_layers(std::span<const TokenIndex> tokens, StoreTokens 
                                 PrefetchStore prefetch_store, Attend attend, ThreadPool& pool) {
   const int num_tokens = static_cast<int>(tokens.size());
   prepare_workspace(num_tokens);
-  embed(weights_.token_embedding, tokens, workspace_.residual.data());
+  // A pipeline stage after the first takes the residual stream from the stage before (each TP
+  // rank from its counterpart there) and hands its own on to the next.
+  const size_t residual_bytes =
+      static_cast<size_t>(num_tokens) * config_.hidden_size * sizeof(float);
+  if (shard_.first_stage()) {
+    embed(weights_.token_embedding, tokens, workspace_.residual.data());
+  } else {
+    shard_.world->receive(workspace_.residual.data(), residual_bytes,
+                          shard_.world_rank(shard_.pp_stage - 1, shard_.tp_rank), kResidualTag);
+  }
   try {
-    for (int i = 0; i < config_.num_layers; ++i) {
-      run_layer(weights_.layers[i], i, num_tokens, i > 0, store, prefetch_store, attend, pool);
+    for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
+      run_layer(weights_.layers[i], i, num_tokens, i > shard_.first_layer, store, prefetch_store,
+                attend, pool);
     }
   } catch (const ModelReadError& error) {
     return io_error(error.what());  // an expert the file could not give (--experts-mem)
   }
   add_residual(num_tokens, pool);  // the last feed-forward block's output
+  if (!shard_.last_stage()) {
+    shard_.world->send(workspace_.residual.data(), residual_bytes,
+                       shard_.world_rank(shard_.pp_stage + 1, shard_.tp_rank), kResidualTag);
+  }
   return Status();
 }
 
@@ -387,11 +628,18 @@ void DecoderModel::prepare_workspace(int num_tokens) {
   const int64_t hidden = config_.hidden_size;
   w.residual.resize(num_tokens * hidden);
   w.normed.resize(num_tokens * hidden);
-  w.query.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
-  w.key.resize(static_cast<int64_t>(num_tokens) * config_.kv_size());
-  w.value.resize(static_cast<int64_t>(num_tokens) * config_.kv_size());
-  w.attention.resize(static_cast<int64_t>(num_tokens) * config_.q_size());
+  // A tensor-parallel shard's own heads (config_.q_size() and kv_size() otherwise).
+  const int64_t q_size = config_.mla.enabled() ? config_.q_size() : query_rows_.count(shard_.tp_rank);
+  const int64_t kv_size = config_.mla.enabled() ? config_.kv_size() : kv_rows_.count(shard_.tp_rank);
+  w.query.resize(static_cast<int64_t>(num_tokens) * q_size);
+  w.key.resize(static_cast<int64_t>(num_tokens) * kv_size);
+  w.value.resize(static_cast<int64_t>(num_tokens) * kv_size);
+  w.attention.resize(static_cast<int64_t>(num_tokens) * q_size);
   w.projected.resize(num_tokens * hidden);
+  if (shard_.tp_size > 1) {
+    w.partial.resize(num_tokens * std::max(hidden, shard_.vocab_rows.count(shard_.tp_rank)));
+    w.gathered.resize(num_tokens * std::max<int64_t>(config_.q_size(), config_.ffn_size));
+  }
   const MixtureOfExpertsConfig& moe = config_.moe;
   // Per token: the dense FFN's or shared experts' rows, or every chosen expert's.
   const int64_t ffn = std::max({static_cast<int64_t>(config_.ffn_size),
@@ -469,9 +717,12 @@ void DecoderModel::project_logits(std::span<const int> rows, const float* norm_w
   Workspace& w = workspace_;
   const int64_t hidden = config_.hidden_size;
   const int count = static_cast<int>(rows.size());
-  logits.resize(static_cast<size_t>(count) * config_.vocab_size);
+  // Tensor parallelism: each rank its vocabulary rows, collected on the stage's first rank.
+  const bool split = output_matrix.rows != config_.vocab_size;
+  if (!split || shard_.tp_rank == 0) logits.resize(static_cast<size_t>(count) * config_.vocab_size);
   if (count == 0) return;
-  const kernels::MatmulProduct output[] = {{&output_matrix, logits.data()}};
+  float* products = split ? w.partial.data() : logits.data();
+  const kernels::MatmulProduct output[] = {{&output_matrix, products}};
   kernels::MatmulInput* input = nullptr;
   if (numerics_ == Numerics::kNative) {
     input = &w.normed_input;
@@ -483,6 +734,7 @@ void DecoderModel::project_logits(std::span<const int> rows, const float* norm_w
     if (input != nullptr) input->quantize_rows(i, i + 1);
   }
   multiply_normed(output, count, pool);
+  if (split) gather_columns_to_first(products, count, shard_.vocab_rows, logits.data());
 }
 
 void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, int num_tokens,
@@ -490,8 +742,10 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
                                    PrefetchStore prefetch_store, Attend attend, ThreadPool& pool) {
   Workspace& w = workspace_;
   const int head_size = config_.head_size;
-  const int64_t q_size = config_.q_size();
-  const int64_t kv_size = config_.kv_size();
+  // This TP rank's heads (all of them in one process).
+  const AttentionShape heads = attention_shape();
+  const int64_t q_size = static_cast<int64_t>(heads.num_heads) * head_size;
+  const int64_t kv_size = static_cast<int64_t>(heads.num_kv_heads) * head_size;
   const kernels::MatmulProduct qkv[] = {
       {&layer.query, w.query.data()}, {&layer.key, w.key.data()}, {&layer.value, w.value.data()}};
   // A few tokens' store would wait on every line it writes, one by one; asked for now, the
@@ -517,27 +771,35 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
         add_in_place(w.value.data() + t * kv_size, layer.value_bias, kv_size);
       }
       if (config_.qk_norm) {
-        for (int h = 0; h < config_.num_heads; ++h) {
+        for (int h = 0; h < heads.num_heads; ++h) {
           float* head = query + static_cast<int64_t>(h) * head_size;
           normalize(head, layer.query_norm, head_size, head);
         }
-        for (int h = 0; h < config_.num_kv_heads; ++h) {
+        for (int h = 0; h < heads.num_kv_heads; ++h) {
           float* head = key + static_cast<int64_t>(h) * head_size;
           normalize(head, layer.key_norm, head_size, head);
         }
       }
       const float* cos_row = rope_cos.data() + static_cast<int64_t>(t) * pairs;
       const float* sin_row = rope_sin.data() + static_cast<int64_t>(t) * pairs;
-      rotate(query, config_.num_heads, cos_row, sin_row);
-      rotate(key, config_.num_kv_heads, cos_row, sin_row);
+      rotate(query, heads.num_heads, cos_row, sin_row);
+      rotate(key, heads.num_kv_heads, cos_row, sin_row);
       store(layer_index, t, t + 1);
     }
   });
 
   attend(layer_index);
 
-  const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
-  multiply(output, w.attention.data(), num_tokens, pool);
+  if (shard_.tp_size > 1) {
+    // Every rank's heads, then this rank's rows of the output projection, then all rows.
+    gather_columns(w.attention.data(), num_tokens, query_rows_, w.gathered.data());
+    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.partial.data()}};
+    multiply(output, w.gathered.data(), num_tokens, pool);
+    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
+  } else {
+    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
+    multiply(output, w.attention.data(), num_tokens, pool);
+  }
   if (layer.post_attention_norm != nullptr) {
     normalize_projected(layer.post_attention_norm, num_tokens, pool);
   }
@@ -579,7 +841,7 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
   const kernels::MatmulProduct gate_up[] = {{&layer.gate, w.gate.data()},
                                              {&layer.up, w.up.data()}};
   add_and_normalize(layer.ffn_norm, true, gate_up, num_tokens, pool);
-  const int64_t ffn_size = config_.ffn_size;
+  const int64_t ffn_size = layer.gate.rows;  // this TP rank's rows (all in one process)
   if (numerics_ == Numerics::kLlamaCpp) {
     multiply_normed(gate_up, num_tokens, pool);
     for_token_ranges(num_tokens, pool, [&](int first, int end) {
@@ -596,8 +858,16 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
     const kernels::RowEpilogue epilogue(rows);
     multiply_normed(gate_up, num_tokens, pool, &epilogue);
   }
-  const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
-  multiply(down, w.gate.data(), num_tokens, pool);
+  if (shard_.tp_size > 1) {
+    // Every rank's activations, then this rank's rows of the down projection, then all rows.
+    gather_columns(w.gate.data(), num_tokens, shard_.ffn_rows, w.gathered.data());
+    const kernels::MatmulProduct down[] = {{&layer.down, w.partial.data()}};
+    multiply(down, w.gathered.data(), num_tokens, pool);
+    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
+  } else {
+    const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
+    multiply(down, w.gate.data(), num_tokens, pool);
+  }
   if (layer.post_ffn_norm != nullptr) normalize_projected(layer.post_ffn_norm, num_tokens, pool);
 }
 

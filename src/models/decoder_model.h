@@ -21,6 +21,7 @@
 #include "models/forward_batch.h"
 #include "models/layers.h"
 #include "models/model_config.h"
+#include "models/model_shard.h"
 #include "models/rotary_embedding.h"
 
 namespace tachyon {
@@ -38,15 +39,24 @@ class DecoderModel {
   // `quantize`: float matrices quantized at load to that type (DecoderWeights::load).
   // `experts_memory` (--experts-mem): the routed experts stay in the file, at most that much of
   // them resident (ExpertCache); empty: all resident.
+  // `shard` (several processes running the model together; null: the whole model): this
+  // process computes only that part (ModelShard) and exchanges the rest with the others over
+  // shard->world / tensor_group, which must outlive the model. The leader's forward() and
+  // forward_batch() first send the call to every follower (ShardFollower runs it there).
   static Result<std::unique_ptr<DecoderModel>> load(const GgufFile& file,
                                                     std::optional<DType> quantize = std::nullopt,
-                                                    const MemoryAmount& experts_memory = {});
+                                                    const MemoryAmount& experts_memory = {},
+                                                    const ModelShard* shard = nullptr);
   // From a Hugging Face folder (config.json + safetensors).
   static Result<std::unique_ptr<DecoderModel>> load(const HfCheckpoint& checkpoint,
-                                                    std::optional<DType> quantize = std::nullopt);
+                                                    std::optional<DType> quantize = std::nullopt,
+                                                    const ModelShard* shard = nullptr);
+  // The leader tells the followers to stop.
+  ~DecoderModel();
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }
+  const ModelShard& shard() const { return shard_; }
   // How often each routed expert was chosen (MoE models; empty otherwise). Thread-safe.
   const ExpertLoad& expert_load() const { return expert_load_; }
   ExpertLoad& expert_load() { return expert_load_; }
@@ -58,11 +68,17 @@ class DecoderModel {
   Status set_numerics(Numerics numerics);
   Numerics numerics() const { return numerics_; }
 
-  // A cache for `capacity` positions, stored as f16 (default) or f32 (MLA: the latent once).
+  // A cache for `capacity` positions, stored as f16 (default) or f32 (MLA: the latent once);
+  // of a shard's layers and KV heads only.
   KvCache make_cache(int capacity, DType type = DType::kF16) const {
-    return KvCache(config_.num_layers, config_.num_kv_heads, config_.head_size, capacity, type,
-                   config_.kv_values_are_keys());
+    return KvCache(shard_.num_layers(), attention_shape().num_kv_heads, config_.head_size,
+                   capacity, type, config_.kv_values_are_keys());
   }
+  // A paged cache of `num_blocks` blocks (and `num_local_blocks` for sliding-window layers, if
+  // the model has them) for forward_batch(), of a shard's layers and KV heads only.
+  Result<std::unique_ptr<PagedKvCache>> make_paged_cache(int num_blocks, int block_size,
+                                                         DType type,
+                                                         int num_local_blocks = 0) const;
 
   // Runs `tokens` at positions start_position.. of the sequence cached in `cache` (whose
   // positions before start_position are already filled) and writes the logits of the last
@@ -80,7 +96,8 @@ class DecoderModel {
                  std::vector<float>* final_hidden = nullptr);
 
   // Query heads, KV heads, head size and softmax scale of the attention as the cache sees it
-  // (MLA: one latent KV head); with `layer`, also its sliding window if it is a local layer.
+  // (MLA: one latent KV head; a tensor-parallel shard: its own heads); with `layer`, also its
+  // sliding window if it is a local layer.
   AttentionShape attention_shape() const;
   AttentionShape attention_shape(int layer) const;
 
@@ -91,7 +108,8 @@ class DecoderModel {
   void shift_keys(float* keys, int count, int delta) const;
 
   // Runs one engine step over many sequences whose keys and values live in the paged `cache`:
-  // writes each new token's keys and values to its slot, attends over each sequence's blocks,
+  // makes the batch's cache moves (block copies, key shifts), writes each new token's keys and
+  // values to its slot, attends over each sequence's blocks,
   // and returns the logits of batch.logits_tokens: f32 [logits_tokens.size(), vocab]. Token
   // ids are checked; the block tables and slots are the caller's responsibility.
   // `observer` as in forward(), with the whole batch's queries.
@@ -117,7 +135,7 @@ class DecoderModel {
                                                        DType type) const;
 
  private:
-  DecoderModel(ModelConfig config, DecoderWeights weights);
+  DecoderModel(ModelConfig config, DecoderWeights weights, ModelShard shard);
 
   // Activations for a batch of tokens, reused across calls (64-byte aligned for the kernels).
   struct Workspace {
@@ -138,6 +156,11 @@ class DecoderModel {
     std::vector<float> local_rope_cos;  // the same for local layers' RoPE (Gemma 3)
     std::vector<float> local_rope_sin;
     std::vector<int> positions;
+    // Tensor parallelism: this rank's rows of a product (f32 [tokens, local rows]), a whole
+    // gathered input (f32 [tokens, max(q_size, ffn)]) and the exchange's rank-major rows.
+    AlignedVector<float> partial;
+    AlignedVector<float> gathered;
+    AlignedVector<float> exchange;
     // MLA (latent_attention_block).
     AlignedVector<float> query_a;       // f32 [tokens, q_lora_rank], normalised in place
     AlignedVector<float> query_heads;   // f32 [tokens, heads * qk_head_dim]
@@ -176,9 +199,28 @@ class DecoderModel {
   };
 
   // Rows of `table` (the token embedding or an MTP layer's copy) for `tokens`, scaled as the
-  // config says: f32 [tokens, hidden].
+  // config says: f32 [tokens, hidden]. A tensor-parallel shard's table holds its vocabulary
+  // rows: the others are zero here, and the TP ranks add theirs up (exact: one term is not 0).
   void embed(const kernels::WeightMatrix& table, std::span<const TokenIndex> tokens,
              float* out) const;
+  // Tensor parallelism: out = every TP rank's `local` columns of a [num_tokens, split.total()]
+  // product, rank after rank (local: f32 [num_tokens, split.count(own rank)]).
+  void gather_columns(const float* local, int num_tokens, const RowSplit& split, float* out);
+  // The same collected on TP rank 0 only.
+  void gather_columns_to_first(const float* local, int num_tokens, const RowSplit& split,
+                               float* out);
+  // The logits of `rows` (the last stage's projection; the leader's copy of them).
+  void output_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
+  // forward_batch's layers (not the logits) over `batch`'s tokens.
+  Status run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
+                          const AttentionObserver* observer);
+  // Pipeline parallelism: forward_batch in micro-batches flowing through the stages.
+  Status forward_micro_batches(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
+                               std::vector<float>& logits);
+  // The cache's index of model layer `layer` (a pipeline stage's cache holds its layers only).
+  int cache_layer(int layer) const { return layer - shard_.first_layer; }
+  // Pipeline parallelism: the leader's logits come from the last stage's first TP rank.
+  void receive_logits(int count, std::vector<float>& logits);
   // out = norm(residual, output_norm) for every token: f32 [num_tokens, hidden].
   void normalize_final(int num_tokens, ThreadPool& pool, std::vector<float>& out);
   // Checks a batch's shape against `cache` and its token ids.
@@ -262,6 +304,10 @@ class DecoderModel {
 
   ModelConfig config_;
   DecoderWeights weights_;
+  ModelShard shard_;
+  RowSplit query_rows_;  // the q_size rows by TP rank (its KV heads' query heads)
+  RowSplit kv_rows_;     // the kv_size rows by TP rank
+  ForwardBatch micro_batch_;  // forward_micro_batches' current one (its vectors reused)
   RotaryEmbedding rope_;
   RotaryEmbedding local_rope_;  // local layers' (config_.local_rope)
   Workspace workspace_;

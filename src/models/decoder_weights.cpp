@@ -43,14 +43,50 @@ class TensorLoader {
   // --experts-mem: the routed experts stay in the file (ExpertCache reads them when chosen).
   bool experts_in_file() const { return experts_in_file_; }
 
-  // A matrix with GGUF shape [cols, rows].
-  Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols) {
+  // A matrix with GGUF shape [cols, rows]; with `count` >= 0 only its rows [first, first +
+  // count) (a tensor-parallel rank's), whose bytes alone are read.
+  Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
+                                       int64_t first = 0, int64_t count = -1) {
     TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
     if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
       return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
                                       fmt::join(tensor.shape, ", "), cols, rows));
     }
-    return working_copy(std::move(tensor), rows, cols);
+    if (count < 0 || (first == 0 && count == rows)) {
+      return working_copy(std::move(tensor), rows, cols);
+    }
+    const DTypeInfo& info = dtype_info(tensor.type);
+    if (info.block_elements == 0 || cols % info.block_elements != 0) {
+      return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
+                                     "yet",
+                                     tensor.name, dtype_name(tensor.type)));
+    }
+    const size_t row_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes;
+    tensor.data += row_bytes * static_cast<size_t>(first);
+    tensor.shape = {cols, count};
+    tensor.num_elements = cols * count;
+    return working_copy(std::move(tensor), count, cols);
+  }
+
+  // Rows [first, first + count) of a matrix as the file stores them, not copied: for a table
+  // only looked up row by row (a pipeline's first stage's embedding), whose pages the OS reads
+  // when a token needs them.
+  Result<kernels::WeightMatrix> file_rows(const std::string& name, int64_t rows, int64_t cols,
+                                          int64_t first, int64_t count) {
+    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
+    const DTypeInfo& info = dtype_info(tensor.type);
+    if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
+                                      fmt::join(tensor.shape, ", "), cols, rows));
+    }
+    if (!kernels::matmul_supports(tensor.type) || cols % info.block_elements != 0) {
+      return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
+                                     "yet",
+                                     tensor.name, dtype_name(tensor.type)));
+    }
+    const size_t row_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes;
+    return kernels::WeightMatrix{tensor.type, tensor.data + row_bytes * static_cast<size_t>(first),
+                                 count, cols};
   }
 
   // `count` matrices of [cols, rows] (experts, or MLA's per-head matrices): one GGUF tensor of
@@ -562,8 +598,10 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const std::st
   return Status();
 }
 
-// Layer `i`'s attention and feed-forward weights (a trunk layer or, past them, an MTP layer's).
-Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWeights& layer) {
+// Layer `i`'s attention and feed-forward weights (a trunk layer or, past them, an MTP layer's):
+// of the dense ones only `shard`'s rows (its heads, its FFN rows, its hidden rows).
+Status load_layer(TensorLoader& load, const ModelConfig& config, const ModelShard& shard, int i,
+                  LayerWeights& layer) {
   const int64_t hidden = config.hidden_size;
   const std::string prefix = fmt::format("blk.{}.", i);
   TACHYON_ASSIGN_OR_RETURN(layer.attention_norm, load.vector(prefix + "attn_norm.weight", hidden));
@@ -574,19 +612,30 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWei
         load.matrix(prefix + "attn_output.weight", hidden,
                     static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim));
   } else {
-    TACHYON_ASSIGN_OR_RETURN(layer.query,
-                             load.matrix(prefix + "attn_q.weight", config.q_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.key,
-                             load.matrix(prefix + "attn_k.weight", config.kv_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.value,
-                             load.matrix(prefix + "attn_v.weight", config.kv_size(), hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.attention_output,
-                             load.matrix(prefix + "attn_output.weight", hidden, config.q_size()));
-  }
-  if (config.qkv_bias) {
-    TACHYON_ASSIGN_OR_RETURN(layer.query_bias, load.vector(prefix + "attn_q.bias", config.q_size()));
-    TACHYON_ASSIGN_OR_RETURN(layer.key_bias, load.vector(prefix + "attn_k.bias", config.kv_size()));
-    TACHYON_ASSIGN_OR_RETURN(layer.value_bias, load.vector(prefix + "attn_v.bias", config.kv_size()));
+    // The rank's KV heads' rows, and their query heads' (a KV head's group follows it).
+    const int64_t kv_first = static_cast<int64_t>(shard.first_kv_head()) * config.head_size;
+    const int64_t kv_rows = static_cast<int64_t>(shard.local_kv_heads()) * config.head_size;
+    const int64_t group = config.num_heads / config.num_kv_heads;
+    TACHYON_ASSIGN_OR_RETURN(layer.query, load.matrix(prefix + "attn_q.weight", config.q_size(),
+                                                      hidden, kv_first * group, kv_rows * group));
+    TACHYON_ASSIGN_OR_RETURN(layer.key, load.matrix(prefix + "attn_k.weight", config.kv_size(),
+                                                    hidden, kv_first, kv_rows));
+    TACHYON_ASSIGN_OR_RETURN(layer.value, load.matrix(prefix + "attn_v.weight", config.kv_size(),
+                                                      hidden, kv_first, kv_rows));
+    TACHYON_ASSIGN_OR_RETURN(
+        layer.attention_output,
+        load.matrix(prefix + "attn_output.weight", hidden, config.q_size(),
+                    shard.hidden_rows.first(shard.tp_rank), shard.hidden_rows.count(shard.tp_rank)));
+    if (config.qkv_bias) {
+      TACHYON_ASSIGN_OR_RETURN(layer.query_bias,
+                               load.vector(prefix + "attn_q.bias", config.q_size()));
+      TACHYON_ASSIGN_OR_RETURN(layer.key_bias, load.vector(prefix + "attn_k.bias", config.kv_size()));
+      TACHYON_ASSIGN_OR_RETURN(layer.value_bias,
+                               load.vector(prefix + "attn_v.bias", config.kv_size()));
+      layer.query_bias += kv_first * group;
+      layer.key_bias += kv_first;
+      layer.value_bias += kv_first;
+    }
   }
   if (config.qk_norm) {
     TACHYON_ASSIGN_OR_RETURN(layer.query_norm,
@@ -606,12 +655,16 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, int i, LayerWei
     layer.experts.model_layer = i;
     TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
   } else {
-    TACHYON_ASSIGN_OR_RETURN(layer.gate,
-                             load.matrix(prefix + "ffn_gate.weight", config.ffn_size, hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.up,
-                             load.matrix(prefix + "ffn_up.weight", config.ffn_size, hidden));
-    TACHYON_ASSIGN_OR_RETURN(layer.down,
-                             load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size));
+    const int64_t ffn_first = shard.ffn_rows.first(shard.tp_rank);
+    const int64_t ffn_rows = shard.ffn_rows.count(shard.tp_rank);
+    TACHYON_ASSIGN_OR_RETURN(layer.gate, load.matrix(prefix + "ffn_gate.weight", config.ffn_size,
+                                                     hidden, ffn_first, ffn_rows));
+    TACHYON_ASSIGN_OR_RETURN(layer.up, load.matrix(prefix + "ffn_up.weight", config.ffn_size,
+                                                   hidden, ffn_first, ffn_rows));
+    TACHYON_ASSIGN_OR_RETURN(
+        layer.down,
+        load.matrix(prefix + "ffn_down.weight", hidden, config.ffn_size,
+                    shard.hidden_rows.first(shard.tp_rank), shard.hidden_rows.count(shard.tp_rank)));
   }
   return Status();
 }
@@ -621,7 +674,7 @@ Status load_mtp_layer(TensorLoader& load, const ModelConfig& config, const Decod
                       int i, MtpLayerWeights& mtp) {
   const int64_t hidden = config.hidden_size;
   const std::string prefix = fmt::format("blk.{}.nextn.", i);
-  TACHYON_RETURN_IF_ERROR(load_layer(load, config, i, mtp.layer));
+  TACHYON_RETURN_IF_ERROR(load_layer(load, config, ModelShard::whole(config), i, mtp.layer));
   TACHYON_ASSIGN_OR_RETURN(mtp.eh_proj, load.matrix(prefix + "eh_proj.weight", hidden, 2 * hidden));
   TACHYON_ASSIGN_OR_RETURN(mtp.enorm, load.vector(prefix + "enorm.weight", hidden));
   TACHYON_ASSIGN_OR_RETURN(mtp.hnorm, load.vector(prefix + "hnorm.weight", hidden));
@@ -643,9 +696,9 @@ Status load_mtp_layer(TensorLoader& load, const ModelConfig& config, const Decod
   return Status();
 }
 
-// The tensors of `config`'s decoder, by GGUF name.
+// The tensors of `config`'s decoder, by GGUF name: those of `shard`'s layers and rows.
 Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
-                    std::optional<DType> quantize, bool experts_in_file,
+                    std::optional<DType> quantize, bool experts_in_file, const ModelShard& shard,
                     DecoderWeights& weights) {
   if (quantize && !reference::can_quantize_weights(*quantize)) {
     return unsupported(fmt::format("--quantize {}: tachyon quantizes to Q4_0, Q4_1, Q5_0, Q5_1, "
@@ -654,8 +707,21 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
   }
   TensorLoader load(lookup, weights, quantize, experts_in_file);
   const int64_t hidden = config.hidden_size;
-  TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
-                           load.matrix("token_embd.weight", config.vocab_size, hidden));
+  // The first stage embeds, the last one projects: each its TP rank's vocabulary rows.
+  const int64_t vocab_first = shard.vocab_rows.first(shard.tp_rank);
+  const int64_t vocab_rows = shard.vocab_rows.count(shard.tp_rank);
+  if (shard.distributed() && !(shard.last_stage() && config.tied_embeddings)) {
+    // Only looked up: its rows stay in the file (no working copy of a table no product reads).
+    if (shard.first_stage()) {
+      TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
+                               load.file_rows("token_embd.weight", config.vocab_size, hidden,
+                                              vocab_first, vocab_rows));
+    }
+  } else {
+    TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
+                             load.matrix("token_embd.weight", config.vocab_size, hidden,
+                                         vocab_first, vocab_rows));
+  }
   if (experts_in_file && weights.token_embedding.packed != nullptr) {
     // Embedding rows are read in the file's layout (DecoderModel::embed): a copy of their own,
     // so that after load only the experts come from the file.
@@ -666,23 +732,28 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
     table.data = copy;
   }
   TACHYON_ASSIGN_OR_RETURN(weights.output_norm, load.vector("output_norm.weight", hidden));
-  if (config.tied_embeddings) {
+  if (!shard.last_stage()) {
+    // No output projection on this stage.
+  } else if (config.tied_embeddings) {
     weights.output = weights.token_embedding;
   } else {
-    TACHYON_ASSIGN_OR_RETURN(weights.output, load.matrix("output.weight", config.vocab_size, hidden));
+    TACHYON_ASSIGN_OR_RETURN(weights.output, load.matrix("output.weight", config.vocab_size,
+                                                         hidden, vocab_first, vocab_rows));
   }
+  if (!shard.first_stage()) weights.token_embedding = kernels::WeightMatrix();
   if (config.rope.has_frequency_factors) {
     const int pairs = config.rope.dimensions / 2;
     TACHYON_ASSIGN_OR_RETURN(const float* factors, load.vector("rope_freqs.weight", pairs));
     weights.rope_frequency_factors.assign(factors, factors + pairs);
   }
 
-  for (int i = 0; i < config.num_layers; ++i) {
-    LayerWeights layer;
-    TACHYON_RETURN_IF_ERROR(load_layer(load, config, i, layer));
-    weights.layers.push_back(layer);
+  // Layers of other stages stay empty.
+  weights.layers.resize(config.num_layers);
+  for (int i = shard.first_layer; i < shard.end_layer; ++i) {
+    TACHYON_RETURN_IF_ERROR(load_layer(load, config, shard, i, weights.layers[i]));
   }
-  for (int k = 0; k < config.num_mtp_layers; ++k) {
+  // MTP layers (speculative decoding's proposer) run in one process only.
+  for (int k = 0; k < (shard.distributed() ? 0 : config.num_mtp_layers); ++k) {
     MtpLayerWeights mtp;
     TACHYON_RETURN_IF_ERROR(load_mtp_layer(load, config, weights, config.num_layers + k, mtp));
     weights.mtp_layers.push_back(mtp);
@@ -696,8 +767,10 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
 
 Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelConfig& config,
                                             std::optional<DType> quantize,
-                                            const MemoryAmount& experts_memory) {
+                                            const MemoryAmount& experts_memory,
+                                            const ModelShard* shard) {
   DecoderWeights weights;
+  const ModelShard part = shard != nullptr ? *shard : ModelShard::whole(config);
   const bool experts_in_file = !experts_memory.empty();
   if (experts_in_file) {
     if (!config.moe.enabled()) {
@@ -710,7 +783,7 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
     if (!file.mapped()) return invalid_argument("--experts-mem needs a model file");
   }
   TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, quantize, experts_in_file,
-                                       weights));
+                                       part, weights));
   if (experts_in_file) {
     static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
     TACHYON_ASSIGN_OR_RETURN(weights.expert_cache,
@@ -731,11 +804,13 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
 
 Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,
                                             const ModelConfig& config,
-                                            std::optional<DType> quantize) {
+                                            std::optional<DType> quantize,
+                                            const ModelShard* shard) {
   DecoderWeights weights;
+  const ModelShard part = shard != nullptr ? *shard : ModelShard::whole(config);
   TACHYON_RETURN_IF_ERROR(
       load_tensors(hf_lookup(checkpoint, config, weights), config, quantize,
-                   /*experts_in_file=*/false, weights));
+                   /*experts_in_file=*/false, part, weights));
   return weights;
 }
 

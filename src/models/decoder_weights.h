@@ -13,6 +13,7 @@
 #include "model_files/hf_checkpoint.h"
 #include "models/expert_cache.h"
 #include "models/model_config.h"
+#include "models/model_shard.h"
 
 namespace tachyon {
 
@@ -99,14 +100,18 @@ struct DecoderWeights {
   // would (reference::quantize_weights); others stay as stored.
   // `experts_memory` (--experts-mem; empty: everything resident): the routed experts stay in
   // the file, at most that much of them resident in `expert_cache`.
+  // `shard` (several processes running the model; null: the whole model): only its layers'
+  // and its rows' weights are read (ModelShard); the other layers stay empty.
   static Result<DecoderWeights> load(const GgufFile& file, const ModelConfig& config,
                                      std::optional<DType> quantize = std::nullopt,
-                                     const MemoryAmount& experts_memory = {});
+                                     const MemoryAmount& experts_memory = {},
+                                     const ModelShard* shard = nullptr);
   // From a Hugging Face folder's safetensors (F32/F16/BF16, block-scaled FP8): the same matrices
   // as the GGUF file llama.cpp's converter writes from it (the llama layout's Q/K rows
   // interleaved per head).
   static Result<DecoderWeights> load(const HfCheckpoint& checkpoint, const ModelConfig& config,
-                                     std::optional<DType> quantize = std::nullopt);
+                                     std::optional<DType> quantize = std::nullopt,
+                                     const ModelShard* shard = nullptr);
   // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
   // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
   void set_decode_prefetch();

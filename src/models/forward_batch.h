@@ -22,7 +22,22 @@ struct BatchSequence {
 };
 
 struct ForwardBatch {
+  // Cache moves made before the pass: a block copied whole (copy-on-write of a shared block),
+  // and the keys of a block's first `count` slots turned back by `delta` positions (the sink
+  // overflow policy moved them; DecoderModel::shift_keys).
+  struct BlockCopy {
+    BlockId from;
+    BlockId to;
+  };
+  struct KeyShift {
+    BlockId block;
+    int count;
+    int delta;
+  };
+
   int block_size = 16;
+  std::vector<BlockCopy> block_copies;
+  std::vector<KeyShift> key_shifts;
   std::vector<int32_t> tokens;     // [num_tokens] ids
   std::vector<int> positions;      // [num_tokens]
   std::vector<int64_t> slots;      // [num_tokens] cache row = block * block_size + offset
@@ -33,6 +48,8 @@ struct ForwardBatch {
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   // Empties it for the next pass (block_size kept; the vectors keep their memory).
   void clear() {
+    block_copies.clear();
+    key_shifts.clear();
     tokens.clear();
     positions.clear();
     slots.clear();

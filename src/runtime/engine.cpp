@@ -80,6 +80,14 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   if (options.snapkv_budget != 0 && config.has_local_layers()) {
     return unsupported(kWindowModelsKeepTheirCache);
   }
+  if (model.shard().distributed() &&
+      (options.snapkv_budget != 0 || !options.kv_disk_directory.empty() ||
+       (speculative.enabled() && speculative.mode == SpeculativeMode::kMtp))) {
+    // SnapKV and the disk tier rewrite the cache outside the forward passes every rank runs;
+    // the MTP layers are not split.
+    return unsupported("SnapKV eviction, the KV disk tier and MTP speculation run in one process "
+                       "(not with --tp or --pp yet)");
+  }
   if (options.snapkv_budget != 0 && (options.snapkv_budget < 64 || config.mla.enabled())) {
     return invalid_argument(
         config.mla.enabled()
@@ -114,11 +122,8 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   }
   TACHYON_ASSIGN_OR_RETURN(
       std::unique_ptr<PagedKvCache> cache,
-      PagedKvCache::create(config.num_layers, config.num_kv_heads, config.head_size,
-                           static_cast<int>(num_blocks), options.block_size,
-                           options.kv_cache_type, config.kv_values_are_keys(),
-                           local.layers > 0 ? config.local_layers : std::vector<bool>(),
-                           local.blocks));
+      model.make_paged_cache(static_cast<int>(num_blocks), options.block_size,
+                             options.kv_cache_type, local.layers > 0 ? local.blocks : 0));
   // A request alone must always fit, so that preemption can always make room.
   int max_context = options.max_context > 0 ? std::min(options.max_context, config.context_length)
                                             : config.context_length;

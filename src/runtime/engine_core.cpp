@@ -439,7 +439,6 @@ void EngineCore::step() {
     active.scheduled = true;
     active.queue_seconds = std::chrono::duration<double>(now - active.submitted).count();
   }
-  move_cache(output);
   std::vector<SnapKvJob> snapkv = snapkv_jobs(output);
   auto observe = [&](int layer, const float* queries, int) {
     observe_for_snapkv(snapkv, layer, queries);
@@ -511,15 +510,6 @@ void EngineCore::step() {
   publish_metrics(output.num_tokens);
   std::lock_guard<std::mutex> lock(metrics_mutex_);
   metrics_.generation_tokens_total += num_generated;
-}
-
-void EngineCore::move_cache(const SchedulerOutput& output) {
-  for (const BlockCopy& copy : output.block_copies) cache_->copy_block(copy.from, copy.to);
-  for (const KeyShift& shift : output.key_shifts) {
-    cache_->rewrite_keys(shift.block, shift.count, [&](float* keys, int n) {
-      model_.shift_keys(keys, n, shift.delta);
-    });
-  }
 }
 
 std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput& output) const {

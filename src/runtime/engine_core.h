@@ -135,8 +135,6 @@ class EngineCore {
   // Fills output's counts (prompt, cached, completion, draft tokens; queue time).
   void set_counts(const Request& request, const Active& active, EngineOutput& output) const;
   void fail_expired();
-  // The step's cache moves (sink policy): block copies, then key shifts.
-  void move_cache(const SchedulerOutput& output);
   // SnapKV: a request whose prompt (longer than the budget) the step finishes, scored by the
   // attention its last tokens pay while the step runs.
   struct SnapKvJob {

@@ -132,6 +132,11 @@ void Generator::drop_for_sink(std::vector<TokenId>& view, int& dropped) {
 }
 
 Status Generator::check_cache_policies() const {
+  if ((sink_ || snapkv_budget_ > 0) && model_.shard().distributed()) {
+    // Both move or drop cached positions outside the forward passes every rank runs.
+    return unsupported("the sink context-overflow policy and SnapKV run in one process (not "
+                       "with --tp or --pp yet)");
+  }
   if ((sink_ || snapkv_budget_ > 0) && model_.config().has_local_layers()) {
     return unsupported(kWindowModelsKeepTheirCache);
   }

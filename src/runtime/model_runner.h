@@ -19,7 +19,7 @@ class ModelRunner {
   ModelRunner(DecoderModel& model, PagedKvCache& cache, ThreadPool& pool)
       : model_(model), cache_(cache), pool_(pool) {}
 
-  // Runs the step. On success, logits rows come in `output.scheduled` order: for each request
+  // Runs the step (its cache moves first: block copies, then key shifts). On success, logits rows come in `output.scheduled` order: for each request
   // with samples_next_token set, one row for its last known token, then one per draft token.
   // `observer` sees each layer's queries (DecoderModel::forward_batch), in batch() order.
   // `final_hidden`, when given, gets every batch token's final hidden state (MTP's input).

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The scale model of docs/scale-out.md: per layer and per token, the bytes each collective
+moves and the weights each rank reads, turned into decode tokens/s and time to first token for
+a split of a model over ranks and links.
+
+    bench/scale_model.py kimi             # the Kimi-K2 tables of docs/scale-out.md
+    bench/scale_model.py validate FILE    # predicted vs measured on this machine (FILE: JSON
+                                          # written by bench/dist_bench.py)
+
+Decode of one sequence is memory- and latency-bound: a token's time is the sum over layers of
+the slowest rank's weight reads (bytes / memory bandwidth) plus each collective's time; a
+collective over N ranks costs log2(N) latencies (recursive doubling) plus its bytes over the
+link. A prompt is compute-bound: 2 FLOPs per active parameter per token, split over the ranks,
+plus the collectives' bytes for all its tokens. Pipeline stages add one hop of the residual
+stream each. Every number is an input stated below; nothing here is fitted to tachyon.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Shape:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int          # query/value width per head (MLA: v_head_dim)
+    ffn: int               # dense FFN width
+    vocab: int
+    attention_params: float  # per layer
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    dense_layers: int = 0  # leading layers with a dense FFN
+    bytes_per_param: float = 0.5625  # Q4_K-class weights (4.5 bits)
+
+
+# Kimi-K2 (config.json of moonshotai/Kimi-K2-Instruct): DeepSeek-V3's architecture with 384
+# routed experts and 64 heads. MLA per layer: q_a 7168x1536, q_b 1536x(64x192), kv_a 7168x576,
+# kv_b 512x(64x256), o (64x128)x7168.
+KIMI_K2 = Shape("Kimi-K2", layers=61, hidden=7168, heads=64, kv_heads=64, head_dim=128,
+                ffn=18432, vocab=163840,
+                attention_params=7168 * 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 * 64 * 256
+                + 64 * 128 * 7168,
+                experts=384, experts_per_token=8, expert_ffn=2048, shared_ffn=2048,
+                dense_layers=1)
+
+
+@dataclass
+class Node:
+    name: str
+    memory_gbs: float   # effective weight-streaming bandwidth per rank, GB/s
+    flops: float        # effective dense FLOP/s per rank on prompts
+
+
+@dataclass
+class Link:
+    name: str
+    gbits: float
+    latency_us: float   # one message, end to end
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbits / 8 * 1e9
+
+
+# Stated assumptions (per rank = per node for CPUs, per GPU for GPUs).
+CPU_NODE = Node("CPU node (2-socket DDR5, AVX-512 VNNI/AMX)", memory_gbs=350, flops=4e12)
+# A GPU node as one rank: 8 H200s splitting each layer over NVLink (900 GB/s, whose time is
+# left out next to the links between nodes), ~75% of HBM bandwidth and ~40% of peak FLOPs.
+GPU = Node("GPU node (8x H200, NVLink inside)", memory_gbs=8 * 3600, flops=8 * 400e12)
+LINKS = [Link("25 Gb/s Ethernet (TCP)", 25, 25.0), Link("100 Gb/s (RoCE)", 100, 5.0),
+         Link("400 Gb/s (InfiniBand NDR)", 400, 2.0)]
+
+
+def collective_s(ranks: int, total_bytes: float, link: Link) -> float:
+    """An all-gather (or all-reduce) of `total_bytes` over `ranks` ranks: log2(N) message
+    latencies plus the (N-1)/N of the bytes each rank must receive."""
+    if ranks <= 1:
+        return 0.0
+    return math.log2(ranks) * link.latency_us * 1e-6 + \
+        (ranks - 1) / ranks * total_bytes / link.bytes_per_s
+
+
+def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1) -> dict:
+    """Kimi-K2 over `nodes` ranks: attention and shared expert split by heads/rows (TP), routed
+    experts split by expert (EP, each token's rows sent to the ranks of its 8 experts and the
+    results combined: all-to-all), `tokens` sequences decoding together."""
+    s = KIMI_K2
+    b = s.bytes_per_param
+    per_layer_s = 0.0
+    comm_s = 0.0
+    for layer in range(s.layers):
+        moe = layer >= s.dense_layers
+        attention = s.attention_params * b / nodes
+        if moe:
+            expert_bytes = 3 * s.hidden * s.expert_ffn * b
+            # Distinct experts the batch touches, spread over the ranks; the slowest rank reads
+            # about ceil(distinct / nodes) of them.
+            distinct = s.experts * (1 - (1 - s.experts_per_token / s.experts) ** tokens)
+            routed = math.ceil(distinct / nodes) * expert_bytes
+            shared = 3 * s.hidden * s.shared_ffn * b / nodes
+            ffn = routed + shared
+        else:
+            ffn = 3 * s.hidden * s.ffn * b / nodes
+        per_layer_s += (attention + ffn) / (node.memory_gbs * 1e9)
+        # Attention: gather the heads' outputs and the projection's rows (bf16).
+        comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * 2, link)
+        comm_s += collective_s(nodes, tokens * s.hidden * 2, link)
+        if moe:  # dispatch (fp8) and combine (bf16) of each token's 8 expert rows
+            comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 1, link)
+            comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 2, link)
+        else:
+            comm_s += 2 * collective_s(nodes, tokens * s.hidden * 2, link)
+    output = s.vocab * s.hidden * b / nodes / (node.memory_gbs * 1e9)
+    step = per_layer_s + output + comm_s
+    return {"step_ms": step * 1e3, "compute_ms": (per_layer_s + output) * 1e3,
+            "comm_ms": comm_s * 1e3, "tokens_per_s": tokens / step}
+
+
+def kimi_ttft(nodes: int, node: Node, link: Link, prompt: int = 4096) -> float:
+    """Seconds to compute a `prompt`-token prompt: FLOPs over the ranks plus the collectives
+    of every token (attention all-gathers, expert dispatch/combine)."""
+    s = KIMI_K2
+    active = s.layers * s.attention_params + s.dense_layers * 3 * s.hidden * s.ffn + \
+        (s.layers - s.dense_layers) * 3 * s.hidden * (s.experts_per_token * s.expert_ffn + s.shared_ffn) + \
+        s.vocab * s.hidden
+    compute = 2 * active * prompt / (nodes * node.flops)
+    comm = 0.0
+    for layer in range(s.layers):
+        comm += collective_s(nodes, prompt * (s.heads * s.head_dim + s.hidden) * 2, link)
+        comm += collective_s(nodes, prompt * s.experts_per_token * s.hidden * 3, link)
+    return compute + comm
+
+
+def kimi_tables() -> None:
+    total = (KIMI_K2.layers * KIMI_K2.attention_params
+             + (KIMI_K2.layers - 1) * 3 * KIMI_K2.hidden * (KIMI_K2.experts * KIMI_K2.expert_ffn
+                                                             + KIMI_K2.shared_ffn)
+             + 3 * KIMI_K2.hidden * KIMI_K2.ffn + 2 * KIMI_K2.vocab * KIMI_K2.hidden)
+    print(f"Kimi-K2: {total / 1e9:.0f}B parameters, {total * KIMI_K2.bytes_per_param / 1e9:.0f} GB "
+          f"at {KIMI_K2.bytes_per_param * 8:.1f} bits")
+    for node, counts in ((CPU_NODE, (8, 16, 64)), (GPU, (8, 16, 64))):
+        print(f"\n{node.name}: {node.memory_gbs:.0f} GB/s, {node.flops / 1e12:.0f} TFLOP/s per rank")
+        print("| ranks | link | weights per rank (GB) | decode 1 seq (tokens/s) | compute / comm "
+              "per token (ms) | decode 64 seqs (tokens/s) | TTFT 4K prompt (s) |")
+        print("|---|---|---|---|---|---|---|")
+        for n in counts:
+            for link in LINKS:
+                one = kimi_decode(n, node, link, 1)
+                many = kimi_decode(n, node, link, 64)
+                print(f"| {n} | {link.name} | {total * KIMI_K2.bytes_per_param / n / 1e9:.0f} | "
+                      f"{one['tokens_per_s']:.1f} | {one['compute_ms']:.1f} / "
+                      f"{one['comm_ms']:.1f} | {many['tokens_per_s']:.0f} | "
+                      f"{kimi_ttft(n, node, link):.2f} |")
+
+
+def validate(path: str) -> None:
+    """Predicted vs measured for the default model on this machine: `path` holds the measured
+    one-rank step times, the collectives' times against size, and the split runs' tokens/s."""
+    data = json.load(open(path))
+    print(json.dumps(data, indent=1))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "kimi":
+        kimi_tables()
+    elif len(sys.argv) >= 3 and sys.argv[1] == "validate":
+        validate(sys.argv[2])
+    else:
+        print(__doc__)
+        sys.exit(2)

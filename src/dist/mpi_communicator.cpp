@@ -1,0 +1,151 @@
+#include "dist/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+
+namespace tachyon::dist {
+namespace {
+
+MPI_Comm comm_of(void* handle) { return *static_cast<MPI_Comm*>(handle); }
+
+// MPI counts are ints: messages past 2 GiB go in pieces.
+constexpr size_t kMaxPiece = static_cast<size_t>(INT_MAX) & ~size_t{63};
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  // OpenMPI's launcher sets these; PMIx-based launchers (prterun, srun) PMIX_RANK.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::world() {
+  static std::once_flag once;
+  static int provided = 0;
+  static int init_error = MPI_SUCCESS;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Query_thread(&provided);
+      return;
+    }
+    init_error = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (init_error == MPI_SUCCESS) std::atexit(finalize_at_exit);
+  });
+  if (init_error != MPI_SUCCESS) return unavailable("MPI could not be initialised");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return unsupported("this MPI library does not allow calls from more than one thread "
+                       "(MPI_THREAD_SERIALIZED)");
+  }
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(new MPI_Comm(MPI_COMM_WORLD), false));
+}
+
+MpiCommunicator::MpiCommunicator(void* handle, bool owned) : handle_(handle), owned_(owned) {
+  MPI_Comm_rank(comm_of(handle_), &rank_);
+  MPI_Comm_size(comm_of(handle_), &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  auto* comm = static_cast<MPI_Comm*>(handle_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(comm);
+  delete comm;
+}
+
+void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  auto* p = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kMaxPiece) {
+    const size_t piece = std::min(kMaxPiece, bytes - done);
+    MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, comm_of(handle_));
+  }
+}
+
+void MpiCommunicator::broadcast_idle(void* data, size_t bytes, int root, int max_sleep_us) {
+  TACHYON_CHECK(bytes <= kMaxPiece);
+  MPI_Request request;
+  MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_of(handle_), &request);
+  // Spin briefly (the next step usually follows at once), then sleep longer and longer.
+  int sleep_us = 0;
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (polls < 2000) continue;
+    sleep_us = std::min(max_sleep_us, sleep_us + 10);
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+  }
+}
+
+void MpiCommunicator::all_gather(const float* send, std::span<const int> counts,
+                                 std::span<const int> offsets, float* recv) {
+  TACHYON_CHECK(static_cast<int>(counts.size()) == size_ &&
+                static_cast<int>(offsets.size()) == size_);
+  MPI_Allgatherv(send, counts[rank_], MPI_FLOAT, recv, counts.data(), offsets.data(), MPI_FLOAT,
+                 comm_of(handle_));
+}
+
+void MpiCommunicator::gather(const float* send, std::span<const int> counts,
+                             std::span<const int> offsets, float* recv, int root) {
+  TACHYON_CHECK(static_cast<int>(counts.size()) == size_ &&
+                static_cast<int>(offsets.size()) == size_);
+  MPI_Gatherv(send, counts[rank_], MPI_FLOAT, recv, counts.data(), offsets.data(), MPI_FLOAT,
+              root, comm_of(handle_));
+}
+
+void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
+  for (size_t done = 0; done < count; done += kMaxPiece / sizeof(float)) {
+    const size_t piece = std::min(kMaxPiece / sizeof(float), count - done);
+    MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(piece), MPI_FLOAT, MPI_SUM,
+                  comm_of(handle_));
+  }
+}
+
+void MpiCommunicator::send(const void* data, size_t bytes, int peer, int tag) {
+  const auto* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < bytes; done += kMaxPiece) {
+    const size_t piece = std::min(kMaxPiece, bytes - done);
+    MPI_Send(p + done, static_cast<int>(piece), MPI_BYTE, peer, tag, comm_of(handle_));
+  }
+}
+
+void MpiCommunicator::receive(void* data, size_t bytes, int peer, int tag) {
+  auto* p = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kMaxPiece) {
+    const size_t piece = std::min(kMaxPiece, bytes - done);
+    MPI_Recv(p + done, static_cast<int>(piece), MPI_BYTE, peer, tag, comm_of(handle_),
+             MPI_STATUS_IGNORE);
+  }
+}
+
+void MpiCommunicator::barrier() { MPI_Barrier(comm_of(handle_)); }
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  auto* comm = new MPI_Comm;
+  MPI_Comm_split(comm_of(handle_), color, key, comm);
+  return std::unique_ptr<Communicator>(new MpiCommunicator(comm, true));
+}
+
+void MpiCommunicator::abort(int code) {
+  MPI_Abort(comm_of(handle_), code);
+  std::abort();  // not reached
+}
+
+}  // namespace tachyon::dist

@@ -1,0 +1,49 @@
+// Communicator over MPI (OpenMPI from Debian's packages): shared memory between the ranks of
+// one host, TCP or InfiniBand between hosts, as `mpirun` chooses (`--mca btl tcp,self` forces
+// TCP). Only the C API is used.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "dist/communicator.h"
+
+namespace tachyon::dist {
+
+// True when this process was started by mpirun (or another MPI launcher) as one of several.
+bool launched_by_mpi();
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // MPI_COMM_WORLD, initialising MPI first (once per process; MPI_Finalize runs at exit).
+  // Calls may come from any thread, one at a time (MPI_THREAD_SERIALIZED at least).
+  static Result<std::unique_ptr<MpiCommunicator>> world();
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void broadcast(void* data, size_t bytes, int root) override;
+  void broadcast_idle(void* data, size_t bytes, int root, int max_sleep_us) override;
+  void all_gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
+                  float* recv) override;
+  void gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
+              float* recv, int root) override;
+  void all_reduce_sum(float* data, size_t count) override;
+  void send(const void* data, size_t bytes, int peer, int tag) override;
+  void receive(void* data, size_t bytes, int peer, int tag) override;
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  [[noreturn]] void abort(int code) override;
+
+ private:
+  // `handle` points to a heap MPI_Comm (opaque, so that this header needs no mpi.h).
+  MpiCommunicator(void* handle, bool owned);
+
+  void* handle_;
+  bool owned_;  // freed with MPI_Comm_free (split results), not MPI_COMM_WORLD
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace tachyon::dist
