@@ -51,6 +51,11 @@ void add_parallel_options(CLI::App& command, ModelOptions& options) {
                   "Pipeline parallelism: split the layers into this many stages, one group of "
                   "--tp processes each (run under mpirun -np tp*pp; default 1)")
       ->check(CLI::Range(1, 4096));
+  command
+      .add_option("--ep", options.expert_parallel,
+                  "Expert parallelism: MoE layers' routed experts split over this many ranks, "
+                  "each expert whole on one (the --tp ranks: --ep equals --tp, its default)")
+      ->check(CLI::Range(1, 4096));
 }
 
 namespace {
@@ -76,6 +81,11 @@ std::vector<double> layer_bytes(const ModelFiles& files, const ModelConfig& conf
 Result<ModelShard> join_job(const ModelOptions& options, const ModelConfig& config,
                             ModelSession& session) {
   const int ranks = options.tensor_parallel * options.pipeline_parallel;
+  if (options.expert_parallel != 0 && options.expert_parallel != options.tensor_parallel) {
+    return invalid_argument(fmt::format("--ep {} --tp {}: the routed experts are split over the "
+                                        "tensor-parallel ranks, so --ep must equal --tp",
+                                        options.expert_parallel, options.tensor_parallel));
+  }
   if (!options.quantize.empty() || !options.experts_memory.empty() ||
       options.numerics != "native" || options.kv_evict != "none") {
     return unsupported("--quantize, --experts-mem, --numerics llama.cpp and --kv-evict run in one "

@@ -32,6 +32,7 @@ struct ModelOptions {
   // Several processes running one model (mpirun -np tp*pp ...): --tp and --pp.
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  int expert_parallel = 0;  // --ep: 0 or --tp (the routed experts go over the TP ranks)
   bool distributed() const { return tensor_parallel * pipeline_parallel > 1; }
   // The SnapKV budget the options ask for (0: off).
   int snapkv_budget() const { return kv_evict == "snapkv" ? kv_evict_budget : 0; }

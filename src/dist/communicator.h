@@ -26,7 +26,7 @@ class Communicator {
   // rather than spinning: for ranks that wait, idle, for the next command.
   virtual void broadcast_idle(void* data, size_t bytes, int root, int max_sleep_us) = 0;
   // Every rank's `counts[rank]` floats at `send` end up in `recv` on every rank, rank after
-  // rank at `offsets[rank]` (floats).
+  // rank at `offsets[rank]` (floats). `send` may be recv + offsets[rank] (already in place).
   virtual void all_gather(const float* send, std::span<const int> counts,
                           std::span<const int> offsets, float* recv) = 0;
   // The same collected on `root` only (recv is read only there).

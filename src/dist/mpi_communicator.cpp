@@ -98,7 +98,9 @@ void MpiCommunicator::all_gather(const float* send, std::span<const int> counts,
                                  std::span<const int> offsets, float* recv) {
   TACHYON_CHECK(static_cast<int>(counts.size()) == size_ &&
                 static_cast<int>(offsets.size()) == size_);
-  MPI_Allgatherv(send, counts[rank_], MPI_FLOAT, recv, counts.data(), offsets.data(), MPI_FLOAT,
+  // A rank's part already in place in `recv` goes as MPI_IN_PLACE (MPI forbids the aliasing).
+  const void* from = send == recv + offsets[rank_] ? MPI_IN_PLACE : send;
+  MPI_Allgatherv(from, counts[rank_], MPI_FLOAT, recv, counts.data(), offsets.data(), MPI_FLOAT,
                  comm_of(handle_));
 }
 

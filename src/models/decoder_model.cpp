@@ -1034,7 +1034,26 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   if (cache != nullptr) {
     cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts, pool);
   }
-  run_chosen_experts(experts, num_tokens, pool);
+  if (shard_.tp_size > 1) {
+    // Expert parallelism: this rank's experts on their tokens, then every rank's pairs' rows
+    // (each rank's experts are consecutive ids, so their pairs are one block of slots).
+    w.own_experts.clear();
+    for (const int e : w.step_experts) {
+      if (shard_.owns_expert(e)) w.own_experts.push_back(e);
+    }
+    run_chosen_experts(experts, w.own_experts, num_tokens, pool);
+    std::vector<int> counts(shard_.tp_size), offsets(shard_.tp_size);
+    for (int r = 0; r < shard_.tp_size; ++r) {
+      const int first = w.expert_offsets[shard_.experts.first(r)];
+      const int end = w.expert_offsets[shard_.experts.first(r) + shard_.experts.count(r)];
+      counts[r] = static_cast<int>((end - first) * hidden);
+      offsets[r] = static_cast<int>(first * hidden);
+    }
+    shard_.tensor_group->all_gather(w.expert_output.data() + offsets[shard_.tp_rank], counts,
+                                    offsets, w.expert_output.data());
+  } else {
+    run_chosen_experts(experts, w.step_experts, num_tokens, pool);
+  }
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
   for (const int e : w.step_experts) {
@@ -1047,14 +1066,14 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   }
 }
 
-void DecoderModel::run_chosen_experts(const ExpertWeights& experts, int num_tokens,
-                                      ThreadPool& pool) {
+void DecoderModel::run_chosen_experts(const ExpertWeights& experts, std::span<const int> chosen,
+                                      int num_tokens, ThreadPool& pool) {
   Workspace& w = workspace_;
   const MixtureOfExpertsConfig& moe = config_.moe;
   const int64_t hidden = config_.hidden_size;
   const int64_t ffn = moe.expert_ffn_size;
   const int pairs = num_tokens * moe.experts_per_token;  // (token, chosen expert) pairs
-  const size_t count = w.step_experts.size();
+  const size_t count = chosen.size();
   const kernels::KernelLevel level = kernels::active_kernel_level();
   // Every pair's input row, expert by expert (expert_tokens' order).
   for_token_ranges(pairs, pool, [&](int first, int end) {
@@ -1079,13 +1098,13 @@ void DecoderModel::run_chosen_experts(const ExpertWeights& experts, int num_toke
   };
   auto matrices = [&](size_t i) -> ExpertCache::Resident {
     if (experts.cache_layer >= 0) return w.resident_experts[i];
-    const int e = w.step_experts[i];
+    const int e = chosen[i];
     return {&experts.gate[e], &experts.up[e], &experts.down[e]};
   };
   // Gate and up of every chosen expert in one pass of the pool, SwiGLU as its epilogue over
   // all pairs' rows.
   for (size_t i = 0; i < count; ++i) {
-    const int e = w.step_experts[i];
+    const int e = chosen[i];
     const int first = w.expert_offsets[e];
     const ExpertCache::Resident m = matrices(i);
     kernels::MatmulProduct* gate_up = &w.expert_products[2 * i];
@@ -1103,7 +1122,7 @@ void DecoderModel::run_chosen_experts(const ExpertWeights& experts, int num_toke
   kernels::matmul_each(w.expert_products, w.expert_product_inputs, pool, &epilogue);
   // Then every chosen expert's down product of its SwiGLU rows, in one pass.
   for (size_t i = 0; i < count; ++i) {
-    const int e = w.step_experts[i];
+    const int e = chosen[i];
     const int first = w.expert_offsets[e];
     kernels::MatmulProduct& down = w.expert_products[i];
     down = {matrices(i).down, w.expert_output.data() + first * hidden};

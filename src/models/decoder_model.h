@@ -188,6 +188,7 @@ class DecoderModel {
     // --experts-mem: the step's chosen experts (ascending) and their resident matrices, and the
     // next layer's likely choice (its router on this layer's input) to read ahead.
     std::vector<int> step_experts;
+    std::vector<int> own_experts;  // expert parallelism: those of step_experts on this rank
     std::vector<ExpertCache::Resident> resident_experts;
     AlignedVector<float> next_router_logits;  // f32 [tokens, experts]
     std::vector<int> next_chosen;             // [experts_per_token]
@@ -262,10 +263,12 @@ class DecoderModel {
                               bool add_projected, StoreTokens store, Attend attend,
                               ThreadPool& pool);
   void expert_feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
-  // The chosen experts (workspace_.step_experts) on their tokens: gate and up of all of them in
-  // one pass of the pool (SwiGLU as its epilogue), then all downs in another, into
-  // workspace_.expert_output (f32 [pairs, hidden], expert_tokens' order).
-  void run_chosen_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
+  // The `chosen` experts (ascending; workspace_.step_experts or an expert-parallel rank's own of
+  // them) on their tokens: gate and up of all of them in one pass of the pool (SwiGLU as its
+  // epilogue), then all downs in another, into their rows of workspace_.expert_output (f32
+  // [pairs, hidden], expert_tokens' order).
+  void run_chosen_experts(const ExpertWeights& experts, std::span<const int> chosen,
+                          int num_tokens, ThreadPool& pool);
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after
   // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
   void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);

@@ -92,9 +92,11 @@ class TensorLoader {
   // `count` matrices of [cols, rows] (experts, or MLA's per-head matrices): one GGUF tensor of
   // shape [cols, rows, count], or (Hugging Face) one tensor per matrix, looked up as
   // "<name>#<index>". `in_file`: views into the file's mapping, not copied (GGUF only).
-  Result<std::vector<kernels::WeightMatrix>> matrices(const std::string& name, int count,
-                                                      int64_t rows, int64_t cols,
-                                                      bool in_file = false) {
+  // `wanted`, when given, says which of them to load (an expert-parallel rank's); the others
+  // stay empty.
+  Result<std::vector<kernels::WeightMatrix>> matrices(
+      const std::string& name, int count, int64_t rows, int64_t cols, bool in_file = false,
+      const std::function<bool(int)>& wanted = nullptr) {
     std::vector<kernels::WeightMatrix> out;
     TACHYON_ASSIGN_OR_RETURN(std::optional<TensorView> stacked, lookup_(name));
     if (!stacked) {
@@ -104,6 +106,10 @@ class TensorLoader {
                                        name));
       }
       for (int i = 0; i < count; ++i) {
+        if (wanted && !wanted(i)) {
+          out.emplace_back();
+          continue;
+        }
         TACHYON_ASSIGN_OR_RETURN(kernels::WeightMatrix w,
                                  matrix(fmt::format("{}#{}", name, i), rows, cols));
         out.push_back(w);
@@ -125,6 +131,10 @@ class TensorLoader {
     const size_t slice_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes *
                                static_cast<size_t>(rows);
     for (int i = 0; i < count; ++i) {
+      if (wanted && !wanted(i)) {
+        out.emplace_back();
+        continue;
+      }
       TensorView slice{fmt::format("{}[{}]", stacked->name, i), stacked->type, {cols, rows},
                        rows * cols, stacked->data + slice_bytes * i};
       if (in_file) {
@@ -562,9 +572,9 @@ Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
   return Status();
 }
 
-// A layer's router and experts (`prefix`: "blk.N.").
-Status load_experts(TensorLoader& load, const ModelConfig& config, const std::string& prefix,
-                    ExpertWeights& experts) {
+// A layer's router and experts (`prefix`: "blk.N."): of the routed ones only `shard`'s.
+Status load_experts(TensorLoader& load, const ModelConfig& config, const ModelShard& shard,
+                    const std::string& prefix, ExpertWeights& experts) {
   const MixtureOfExpertsConfig& moe = config.moe;
   const int64_t hidden = config.hidden_size;
   TACHYON_ASSIGN_OR_RETURN(experts.router,
@@ -574,15 +584,16 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const std::st
                              load.vector(prefix + "exp_probs_b.bias", moe.num_experts));
   }
   const bool in_file = load.experts_in_file();
+  const std::function<bool(int)> own = [&shard](int e) { return shard.owns_expert(e); };
   TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
                                                        moe.num_experts, moe.expert_ffn_size,
-                                                       hidden, in_file));
+                                                       hidden, in_file, own));
   TACHYON_ASSIGN_OR_RETURN(experts.up, load.matrices(prefix + "ffn_up_exps.weight",
                                                      moe.num_experts, moe.expert_ffn_size, hidden,
-                                                     in_file));
+                                                     in_file, own));
   TACHYON_ASSIGN_OR_RETURN(experts.down,
                            load.matrices(prefix + "ffn_down_exps.weight", moe.num_experts, hidden,
-                                         moe.expert_ffn_size, in_file));
+                                         moe.expert_ffn_size, in_file, own));
   if (moe.shared_ffn_size > 0) {
     TACHYON_ASSIGN_OR_RETURN(experts.shared_gate, load.matrix(prefix + "ffn_gate_shexp.weight",
                                                               moe.shared_ffn_size, hidden));
@@ -653,7 +664,7 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, const ModelShar
   if (config.moe.layer_has_experts(i)) {
     layer.has_experts = true;
     layer.experts.model_layer = i;
-    TACHYON_RETURN_IF_ERROR(load_experts(load, config, prefix, layer.experts));
+    TACHYON_RETURN_IF_ERROR(load_experts(load, config, shard, prefix, layer.experts));
   } else {
     const int64_t ffn_first = shard.ffn_rows.first(shard.tp_rank);
     const int64_t ffn_rows = shard.ffn_rows.count(shard.tp_rank);

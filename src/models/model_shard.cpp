@@ -57,6 +57,7 @@ ModelShard ModelShard::whole(const ModelConfig& config) {
   shard.hidden_rows = RowSplit::even(config.hidden_size, 1, 1);
   shard.ffn_rows = RowSplit::even(config.ffn_size, 1, 1);
   shard.vocab_rows = RowSplit::even(config.vocab_size, 1, 1);
+  shard.experts = RowSplit::even(std::max(config.moe.num_experts, 0), 1, 1);
   return shard;
 }
 
@@ -80,10 +81,10 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
                                      "built yet; split this model with --pp",
                                      tp_size));
     }
-    if (config.moe.enabled()) {
-      return unsupported(fmt::format("--tp {}: tensor parallelism over expert layers is not "
-                                     "built yet; split this model with --pp",
-                                     tp_size));
+    if (config.moe.enabled() && config.moe.num_experts < tp_size) {
+      return invalid_argument(fmt::format("--tp {}: the model has {} routed experts; each rank "
+                                          "needs at least one",
+                                          tp_size, config.moe.num_experts));
     }
     if (config.num_kv_heads < tp_size) {
       return invalid_argument(fmt::format("--tp {}: the model has {} KV heads; each TP rank needs "
@@ -130,6 +131,7 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
   shard.hidden_rows = RowSplit::even(config.hidden_size, tp_size, kRowUnit);
   shard.ffn_rows = RowSplit::even(config.ffn_size, tp_size, kRowUnit);
   shard.vocab_rows = RowSplit::even(config.vocab_size, tp_size, kRowUnit);
+  shard.experts = RowSplit::even(std::max(config.moe.num_experts, 0), tp_size, 1);
   return shard;
 }
 
@@ -147,6 +149,10 @@ std::string ModelShard::describe(const ModelConfig& config) const {
                         ffn_rows.first(tp_rank), ffn_rows.first(tp_rank) + ffn_rows.count(tp_rank) - 1,
                         vocab_rows.first(tp_rank),
                         vocab_rows.first(tp_rank) + vocab_rows.count(tp_rank) - 1);
+    if (config.moe.enabled()) {
+      text += fmt::format(", routed experts {}-{}", experts.first(tp_rank),
+                          experts.first(tp_rank) + experts.count(tp_rank) - 1);
+    }
   }
   return text;
 }

@@ -45,6 +45,9 @@ struct ModelShard {
   RowSplit hidden_rows;  // of the attention output's and the FFN down's hidden_size rows
   RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size)
   RowSplit vocab_rows;   // of the embedding's and the output's rows
+  // Expert parallelism: each TP rank holds whole routed experts of every MoE layer, these of
+  // config.moe.num_experts (the router and shared experts are on every rank).
+  RowSplit experts;
   // Every rank of the job (the leader's calls, stage to stage), and this stage's TP ranks.
   // Null in one process.
   dist::Communicator* world = nullptr;
@@ -69,6 +72,10 @@ struct ModelShard {
   // This TP rank's heads and sizes.
   int local_kv_heads() const { return static_cast<int>(kv_heads.count(tp_rank)); }
   int first_kv_head() const { return static_cast<int>(kv_heads.first(tp_rank)); }
+  // Whether routed expert `e` lives on this rank.
+  bool owns_expert(int e) const {
+    return e >= experts.first(tp_rank) && e < experts.first(tp_rank) + experts.count(tp_rank);
+  }
   // "stage 0 of 2 (layers 0-14), TP rank 1 of 2: KV heads 2-2, ..." for logs.
   std::string describe(const ModelConfig& config) const;
 };

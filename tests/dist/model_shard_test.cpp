@@ -92,13 +92,32 @@ TEST(ModelShardTest, ImpossibleSplitsAreClearErrors) {
   shard = ModelShard::plan(config, 1, 31, 0);
   ASSERT_FALSE(shard.ok());
   EXPECT_NE(shard.status().message().find("30 layers"), std::string::npos);
-  config.moe.num_experts = 8;
-  config.moe.experts_per_token = 2;
+  config.moe.num_experts = 2;
+  config.moe.experts_per_token = 1;
   config.moe.expert_ffn_size = 64;
+  config.num_kv_heads = 9;
+  shard = ModelShard::plan(config, 3, 1, 0);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.status().message().find("2 routed experts"), std::string::npos);
+  config.mla.kv_lora_rank = 512;
   shard = ModelShard::plan(config, 2, 1, 0);
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.status().code(), StatusCode::kUnsupported);
-  EXPECT_TRUE(ModelShard::plan(config, 1, 2, 1).ok());  // pipeline stages take expert layers
+  EXPECT_TRUE(ModelShard::plan(config, 1, 2, 1).ok());  // pipeline stages take MLA layers
+}
+
+TEST(ModelShardTest, ExpertsSplitWholeOverTheTensorParallelRanks) {
+  ModelConfig config = smollm_shape();
+  config.moe.num_experts = 9;
+  config.moe.experts_per_token = 2;
+  config.moe.expert_ffn_size = 64;
+  int owned = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    Result<ModelShard> shard = ModelShard::plan(config, 2, 1, rank);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    for (int e = 0; e < 9; ++e) owned += shard->owns_expert(e);
+  }
+  EXPECT_EQ(owned, 9);  // each expert on exactly one rank
 }
 
 TEST(ShardCallTest, EncodesEveryField) {

@@ -259,11 +259,13 @@ def main() -> int:
         text.write((CORPUS / "tinyshakespeare.txt").read_text()[:20000])
     layouts = [(2, 1), (1, 2), (2, 2)]
     section("errors", check_errors, args.tachyon, tiny)
-    # Tiny random models: each architecture feature through the splits that take it (tensor
-    # parallelism is not built for MLA and expert layers yet: those go through the pipeline).
+    # Tiny random models: each architecture feature through the splits that take it (expert
+    # layers: the routed experts split over the TP ranks; tensor parallelism is not built for
+    # MLA yet: those models go through the pipeline).
     tiny_cases = [("llama_gqa", layouts), ("qwen2_bias_tied", [(2, 1)]),
                   ("qwen3_qknorm", [(2, 1)]), ("gemma3_tiny", [(2, 1), (1, 2)]),
-                  ("qwen3_moe_tiny", [(1, 2)]), ("deepseek_v3_groups", [(1, 2)])]
+                  ("qwen3_moe_tiny", layouts), ("mixtral_tiny", [(2, 1)]),
+                  ("qwen2_moe_tiny", [(2, 1)]), ("deepseek_v3_groups", [(1, 2)])]
     for name, cases in tiny_cases:
         section(name, check_perplexity, args.tachyon, f"tiny {name}",
                 str(tiny / f"{name}.f32.gguf"), text.name, cases)
