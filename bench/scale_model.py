@@ -4,8 +4,8 @@ moves and the weights each rank reads, turned into decode tokens/s and time to f
 a split of a model over ranks and links.
 
     bench/scale_model.py kimi             # the Kimi-K2 tables of docs/scale-out.md
-    bench/scale_model.py validate FILE    # predicted vs measured on this machine (FILE: JSON
-                                          # written by bench/dist_bench.py)
+    bench/scale_model.py validate FILE    # predicted vs measured here (FILE: measurements as
+                                          # bench/dist/measured_zen3.json holds them)
 
 Decode of one sequence is memory- and latency-bound: a token's time is the sum over layers of
 the slowest rank's weight reads (bytes / memory bandwidth) plus each collective's time; a
@@ -88,10 +88,12 @@ def collective_s(ranks: int, total_bytes: float, link: Link) -> float:
         (ranks - 1) / ranks * total_bytes / link.bytes_per_s
 
 
-def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1) -> dict:
+def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1, built: bool = False) -> dict:
     """Kimi-K2 over `nodes` ranks: attention and shared expert split by heads/rows (TP), routed
     experts split by expert (EP, each token's rows sent to the ranks of its 8 experts and the
-    results combined: all-to-all), `tokens` sequences decoding together."""
+    results combined: all-to-all), `tokens` sequences decoding together, bf16 on the wire.
+    `built`: the exchanges as tachyon makes them today (f32 rows all-gathered, every rank has
+    every token, the 8 expert rows of each token all-gathered and summed in id order: exact)."""
     s = KIMI_K2
     b = s.bytes_per_param
     per_layer_s = 0.0
@@ -110,14 +112,17 @@ def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1) -> dict:
         else:
             ffn = 3 * s.hidden * s.ffn * b / nodes
         per_layer_s += (attention + ffn) / (node.memory_gbs * 1e9)
-        # Attention: gather the heads' outputs and the projection's rows (bf16).
-        comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * 2, link)
-        comm_s += collective_s(nodes, tokens * s.hidden * 2, link)
-        if moe:  # dispatch (fp8) and combine (bf16) of each token's 8 expert rows
+        # Attention: gather the heads' outputs and the projection's rows.
+        wire = 4 if built else 2
+        comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * wire, link)
+        comm_s += collective_s(nodes, tokens * s.hidden * wire, link)
+        if moe and built:  # every token's 8 expert rows, all-gathered in f32
+            comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 4, link)
+        elif moe:  # dispatch (fp8) and combine (bf16) of each token's 8 expert rows
             comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 1, link)
             comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 2, link)
         else:
-            comm_s += 2 * collective_s(nodes, tokens * s.hidden * 2, link)
+            comm_s += 2 * collective_s(nodes, tokens * s.hidden * wire, link)
     output = s.vocab * s.hidden * b / nodes / (node.memory_gbs * 1e9)
     step = per_layer_s + output + comm_s
     return {"step_ms": step * 1e3, "compute_ms": (per_layer_s + output) * 1e3,
@@ -149,23 +154,73 @@ def kimi_tables() -> None:
     for node, counts in ((CPU_NODE, (8, 16, 64)), (GPU, (8, 16, 64))):
         print(f"\n{node.name}: {node.memory_gbs:.0f} GB/s, {node.flops / 1e12:.0f} TFLOP/s per rank")
         print("| ranks | link | weights per rank (GB) | decode 1 seq (tokens/s) | compute / comm "
-              "per token (ms) | decode 64 seqs (tokens/s) | TTFT 4K prompt (s) |")
-        print("|---|---|---|---|---|---|---|")
+              "per token (ms) | decode 64 seqs (tokens/s) | as built today: 1 / 64 seqs | "
+              "TTFT 4K prompt (s) |")
+        print("|---|---|---|---|---|---|---|---|")
         for n in counts:
             for link in LINKS:
                 one = kimi_decode(n, node, link, 1)
                 many = kimi_decode(n, node, link, 64)
+                built_one = kimi_decode(n, node, link, 1, built=True)
+                built_many = kimi_decode(n, node, link, 64, built=True)
                 print(f"| {n} | {link.name} | {total * KIMI_K2.bytes_per_param / n / 1e9:.0f} | "
                       f"{one['tokens_per_s']:.1f} | {one['compute_ms']:.1f} / "
                       f"{one['comm_ms']:.1f} | {many['tokens_per_s']:.0f} | "
+                      f"{built_one['tokens_per_s']:.1f} / {built_many['tokens_per_s']:.0f} | "
                       f"{kimi_ttft(n, node, link):.2f} |")
 
 
+def interpolate_us(collectives: list[dict], ranks: int, key: str, size: float) -> float:
+    """A collective's measured time for `size` bytes (log-log between the measured sizes)."""
+    points = sorted((c["bytes"], c[key]) for c in collectives if c["ranks"] == ranks)
+    if size <= points[0][0]:
+        return points[0][1]
+    for (b0, t0), (b1, t1) in zip(points, points[1:]):
+        if size <= b1:
+            f = math.log(size / b0) / math.log(b1 / b0)
+            return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+    (b0, t0), (b1, t1) = points[-2], points[-1]
+    return t1 * size / b1
+
+
 def validate(path: str) -> None:
-    """Predicted vs measured for the default model on this machine: `path` holds the measured
-    one-rank step times, the collectives' times against size, and the split runs' tokens/s."""
+    """Predicted vs measured for the default model on this machine (`path`: bench/dist/
+    measured_*.json). Inputs are one-process measurements only: the step time of one thread
+    (t1) for a rank's weights, scaled by how much slower a thread runs when both cores are busy
+    (t2 vs t1: the cores share the memory bus and caches), plus the collectives' measured
+    times for the bytes each step moves."""
     data = json.load(open(path))
-    print(json.dumps(data, indent=1))
+    m = data["model"]
+    one = data["one_process"]
+    coll = data["collectives"]
+    whole = m["rank_weight_mib"]["whole"]
+    rows = []
+    for test, tokens in (("tg128", 1), ("pp512", 512)):
+        t1_s = tokens / one["t1"][test]           # one thread, the whole model
+        busy = one["t2"][test] / (2 * one["t1"][test])  # a thread's speed with both cores busy
+        # Tensor parallelism: the larger rank's share of the weights at the busy speed, then per
+        # layer four all-gathers (attention heads, hidden, FFN, hidden), the embedding's
+        # all-reduce and the logits' gather (the leader's rows: tokens x vocab / 2).
+        share = max(m["rank_weight_mib"]["tp2"]) / whole
+        gathers = m["layers"] * sum(interpolate_us(coll, 2, "all_gather_us", tokens * n * 4)
+                                    for n in (m["q_size"], m["hidden"], m["ffn"], m["hidden"]))
+        extra = interpolate_us(coll, 2, "all_reduce_us", tokens * m["hidden"] * 4) + \
+            interpolate_us(coll, 2, "all_gather_us", m["vocab"] * 2)  # one token's logits
+        tp = t1_s * share / busy + (gathers + extra) * 1e-6
+        # Pipeline, one sequence: the stages one after the other, each alone on the machine (a
+        # thread at full speed), plus the residual's hop and the logits' trip to the leader.
+        hop = interpolate_us(coll, 2, "send_us", tokens * m["hidden"] * 4) + \
+            interpolate_us(coll, 2, "send_us", m["vocab"] * 4)
+        pp = t1_s + hop * 1e-6
+        rows.append((test, tokens / tp, data["measured"]["tp2"][test], tokens / pp,
+                     data["measured"]["pp2"][test], one["t2"][test]))
+    print(f"{data['machine']}; {m['name']}")
+    print("| test | TP=2 predicted | TP=2 measured | PP=2 predicted | PP=2 measured | one process, "
+          "2 threads |")
+    print("|---|---|---|---|---|---|")
+    for test, tp_p, tp_m, pp_p, pp_m, base in rows:
+        print(f"| {test} | {tp_p:.0f} | {tp_m:.0f} ({tp_m / tp_p - 1:+.0%}) | {pp_p:.0f} | "
+              f"{pp_m:.0f} ({pp_m / pp_p - 1:+.0%}) | {base:.0f} |")
 
 
 if __name__ == "__main__":
