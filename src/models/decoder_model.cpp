@@ -382,10 +382,10 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
       send_shard_call(*shard_.world, call);
     }
   }
-  for (const ForwardBatch::BlockCopy& copy : batch.block_copies) {
+  for (const BlockCopy& copy : batch.block_copies) {
     cache.copy_block(copy.from, copy.to);
   }
-  for (const ForwardBatch::KeyShift& shift : batch.key_shifts) {
+  for (const KeyShift& shift : batch.key_shifts) {
     cache.rewrite_keys(shift.block, shift.count,
                        [&](float* keys, int n) { shift_keys(keys, n, shift.delta); });
   }

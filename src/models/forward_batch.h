@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kv_cache/block_move.h"
 #include "kv_cache/kv_block_pool.h"
 
 namespace tachyon {
@@ -22,20 +23,8 @@ struct BatchSequence {
 };
 
 struct ForwardBatch {
-  // Cache moves made before the pass: a block copied whole (copy-on-write of a shared block),
-  // and the keys of a block's first `count` slots turned back by `delta` positions (the sink
-  // overflow policy moved them; DecoderModel::shift_keys).
-  struct BlockCopy {
-    BlockId from;
-    BlockId to;
-  };
-  struct KeyShift {
-    BlockId block;
-    int count;
-    int delta;
-  };
-
   int block_size = 16;
+  // Cache moves made before the pass (kv_cache/block_move.h): block copies, then key shifts.
   std::vector<BlockCopy> block_copies;
   std::vector<KeyShift> key_shifts;
   std::vector<int32_t> tokens;     // [num_tokens] ids

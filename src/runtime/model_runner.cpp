@@ -8,19 +8,13 @@ Status ModelRunner::execute(const SchedulerOutput& output,
   ForwardBatch& batch = batch_;
   const int block_size = cache_.block_size();
   batch.block_size = block_size;
-  batch.block_copies.clear();
-  batch.key_shifts.clear();
+  batch.block_copies = output.block_copies;
+  batch.key_shifts = output.key_shifts;
   batch.tokens.clear();
   batch.positions.clear();
   batch.slots.clear();
   batch.local_slots.clear();
   batch.logits_tokens.clear();
-  for (const BlockCopy& copy : output.block_copies) {
-    batch.block_copies.push_back({copy.from, copy.to});
-  }
-  for (const KeyShift& shift : output.key_shifts) {
-    batch.key_shifts.push_back({shift.block, shift.count, shift.delta});
-  }
   const bool local_layers = cache_.has_local_layers();
   batch.sequences.resize(output.scheduled.size());
   for (size_t i = 0; i < output.scheduled.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "kv_cache/block_move.h"
 #include "scheduler/request.h"
 
 namespace tachyon {
@@ -18,19 +19,6 @@ struct ScheduledRequest {
   // Set by the engine before on_step_done(): drafts its samples did not confirm. Their keys
   // and values are dropped (num_computed_tokens and the block table roll back).
   int num_rejected_tokens = 0;
-};
-
-// Cache work before the step's forward pass (the "sink" policy's moves), in this order: copy
-// each block `from` into `to` (a private copy of a shared block), then turn the keys of the
-// first `count` slots of each shifted block back by `delta` positions.
-struct BlockCopy {
-  BlockId from;
-  BlockId to;
-};
-struct KeyShift {
-  BlockId block;
-  int count;
-  int delta;
 };
 
 struct SchedulerOutput {
