@@ -181,7 +181,7 @@ void DecoderModel::embed(const kernels::WeightMatrix& table, std::span<const Tok
       for (int64_t c = 0; c < table.cols; ++c) out[t * table.cols + c] *= config_.embedding_scale;
     }
   }
-  if (first != 0 || table.rows != config_.vocab_size) {
+  if (table.rows != config_.vocab_size) {
     shard_.tensor_group->all_reduce_sum(out, tokens.size() * static_cast<size_t>(table.cols));
   }
 }
@@ -310,8 +310,8 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     Workspace& w = workspace_;
     const AttentionShape shape = attention_shape(layer);
     if (numerics_ == Numerics::kLlamaCpp) {
-      causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache, layer,
-                                w.attention.data(), pool);
+      causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache,
+                                cache_layer(layer), w.attention.data(), pool);
     } else {
       causal_attention(shape, w.query.data(), num_tokens, start_position, cache,
                        cache_layer(layer), w.attention.data(), pool);

@@ -47,25 +47,9 @@ class TensorLoader {
   // count) (a tensor-parallel rank's), whose bytes alone are read.
   Result<kernels::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
                                        int64_t first = 0, int64_t count = -1) {
-    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
-    if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
-      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
-                                      fmt::join(tensor.shape, ", "), cols, rows));
-    }
-    if (count < 0 || (first == 0 && count == rows)) {
-      return working_copy(std::move(tensor), rows, cols);
-    }
-    const DTypeInfo& info = dtype_info(tensor.type);
-    if (info.block_elements == 0 || cols % info.block_elements != 0) {
-      return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
-                                     "yet",
-                                     tensor.name, dtype_name(tensor.type)));
-    }
-    const size_t row_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes;
-    tensor.data += row_bytes * static_cast<size_t>(first);
-    tensor.shape = {cols, count};
-    tensor.num_elements = cols * count;
-    return working_copy(std::move(tensor), count, cols);
+    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, matrix_rows(name, rows, cols, first, count));
+    const int64_t taken = tensor.shape[1];
+    return working_copy(std::move(tensor), taken, cols);
   }
 
   // Rows [first, first + count) of a matrix as the file stores them, not copied: for a table
@@ -73,20 +57,9 @@ class TensorLoader {
   // when a token needs them.
   Result<kernels::WeightMatrix> file_rows(const std::string& name, int64_t rows, int64_t cols,
                                           int64_t first, int64_t count) {
-    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
-    const DTypeInfo& info = dtype_info(tensor.type);
-    if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
-      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
-                                      fmt::join(tensor.shape, ", "), cols, rows));
-    }
-    if (!kernels::matmul_supports(tensor.type) || cols % info.block_elements != 0) {
-      return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with "
-                                     "yet",
-                                     tensor.name, dtype_name(tensor.type)));
-    }
-    const size_t row_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes;
-    return kernels::WeightMatrix{tensor.type, tensor.data + row_bytes * static_cast<size_t>(first),
-                                 count, cols};
+    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, matrix_rows(name, rows, cols, first, count));
+    if (!kernels::matmul_supports(tensor.type)) return cannot_compute(tensor);
+    return kernels::WeightMatrix{tensor.type, tensor.data, count, cols};
   }
 
   // `count` matrices of [cols, rows] (experts, or MLA's per-head matrices): one GGUF tensor of
@@ -239,6 +212,30 @@ class TensorLoader {
   }
 
  private:
+  // The matrix `name` of GGUF shape [cols, rows], checked, or (count >= 0) its rows [first,
+  // first + count) only.
+  Result<TensorView> matrix_rows(const std::string& name, int64_t rows, int64_t cols,
+                                 int64_t first, int64_t count) const {
+    TACHYON_ASSIGN_OR_RETURN(TensorView tensor, find(name));
+    if (tensor.shape.size() != 2 || tensor.shape[0] != cols || tensor.shape[1] != rows) {
+      return corrupt_data(fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", tensor.name,
+                                      fmt::join(tensor.shape, ", "), cols, rows));
+    }
+    if (count < 0 || (first == 0 && count == rows)) return tensor;
+    const DTypeInfo& info = dtype_info(tensor.type);
+    if (info.block_elements == 0 || cols % info.block_elements != 0) return cannot_compute(tensor);
+    const size_t row_bytes = static_cast<size_t>(cols / info.block_elements) * info.block_bytes;
+    tensor.data += row_bytes * static_cast<size_t>(first);
+    tensor.shape = {cols, count};
+    tensor.num_elements = cols * count;
+    return tensor;
+  }
+
+  static Status cannot_compute(const TensorView& tensor) {
+    return unsupported(fmt::format("tensor '{}' has type {}, which tachyon cannot compute with yet",
+                                   tensor.name, dtype_name(tensor.type)));
+  }
+
   Result<TensorView> find(const std::string& name) const {
     TACHYON_ASSIGN_OR_RETURN(std::optional<TensorView> tensor, lookup_(name));
     if (!tensor) return corrupt_data(fmt::format("tensor '{}' is missing", name));
