@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
 from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
 
-CONTEXT = 256
+CONTEXT = 128
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
 FILLER = ("Tell me about the history of the lighthouse on the northern cliffs, its keepers, the "
           "storms it weathered and the ships it saved. ")
@@ -125,9 +125,9 @@ def chat_200_turns(server: TachyonServer) -> tuple[int, list]:
     messages = [SYSTEM]
     errors, usages = 0, []
     for turn in range(200):
-        messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:60 + turn % 40]})
+        messages.append({"role": "user", "content": f"Turn {turn}. " + FILLER[:30 + turn % 30]})
         try:
-            answer = client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+            answer = client.chat.completions.create(model=model, messages=messages, max_tokens=4,
                                                     temperature=0)
         except openai.APIError as error:
             errors += 1
@@ -235,7 +235,7 @@ def check_endless_chat(server: TachyonServer) -> None:
          f"{metrics['tachyon:kv_cache_blocks_total']}")
     check("200-turn chat with --context-overflow truncate: no request failed", errors == 0, errors)
     check("200-turn chat: every prompt within the context with room for max_tokens",
-          0 < worst_prompt <= CONTEXT - 8, worst_prompt)
+          0 < worst_prompt <= CONTEXT - 4, worst_prompt)
     check("200-turn chat: the oldest turns were dropped", dropped_turns > 5, dropped_turns)
     check("200-turn chat: KV blocks in use within the pool",
           metrics["tachyon:kv_cache_blocks_used"] <= metrics["tachyon:kv_cache_blocks_total"],

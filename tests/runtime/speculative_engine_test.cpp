@@ -137,7 +137,7 @@ std::pair<uint64_t, uint64_t> draft_counts(const Engine& engine) {
   return {drafted, accepted};
 }
 
-// 52 greedy requests, each alone: the same output with prompt lookup, with the suffix cache
+// 20 greedy requests, each alone: the same output with prompt lookup, with the suffix cache
 // and with a draft model (the model itself) as without speculation.
 TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
   ThreadPool pool(kThreads);
@@ -150,7 +150,7 @@ TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
   std::unique_ptr<Engine> adaptive =
       make_engine(default_model(), pool, adaptive_options);
   ASSERT_TRUE(off && ngram && suffix && draft && adaptive);
-  const std::vector<std::string> texts = grounded_texts(52);
+  const std::vector<std::string> texts = grounded_texts(20);
   int with_drafts = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     EngineRequest request = greedy_request(encode(texts[i]), 40);
@@ -166,11 +166,11 @@ TEST(SpeculativeEngineTest, GreedyOutputsAreUnchangedByEveryProposer) {
     }
     expect_same_output(expected, run_alone(*adaptive, request), "adaptive " + std::to_string(i));
   }
-  EXPECT_GE(with_drafts, 80) << "of 156 runs, too few accepted a draft";
+  EXPECT_GE(with_drafts, 30) << "of 60 runs, too few accepted a draft";
   // The model as its own draft guesses its own greedy tokens: (nearly) all are accepted.
   const auto [self_drafted, self_accepted] = draft_counts(*draft);
-  EXPECT_GT(self_drafted, 500u);
-  EXPECT_GE(static_cast<double>(self_accepted), 0.98 * self_drafted);
+  EXPECT_GT(self_drafted, 200u);
+  EXPECT_GE(static_cast<double>(self_accepted), 0.95 * self_drafted);
   EXPECT_GT(settled_metrics(*draft).drafts_total[static_cast<int>(DraftSource::kDraft)], 0u);
   for (Engine* engine : {ngram.get(), suffix.get(), draft.get()}) {
     const auto [drafted, accepted] = draft_counts(*engine);
@@ -189,7 +189,7 @@ TEST(SpeculativeEngineTest, SeededSamplingIsUnchanged) {
   std::unique_ptr<Engine> on = engine_with(SpeculativeMode::kSuffix, pool);
   std::unique_ptr<Engine> draft = engine_with(SpeculativeMode::kDraft, pool);
   ASSERT_TRUE(off && on && draft);
-  const std::vector<std::string> texts = grounded_texts(20);
+  const std::vector<std::string> texts = grounded_texts(12);
   for (size_t i = 0; i < texts.size(); ++i) {
     EngineRequest request;
     request.prompt = encode(texts[i]);
@@ -385,7 +385,7 @@ TEST(SpeculativeGeneratorTest, OutputsAreUnchanged) {
   LoadedModel& loaded = default_model();
   ThreadPool pool(kThreads);
   Generator plain(*loaded.model, *loaded.tokenizer, pool, 2048);
-  const std::vector<std::string> texts = grounded_texts(12);
+  const std::vector<std::string> texts = grounded_texts(8);
   std::unique_ptr<DraftModelRunner> self_draft =
       std::move(DraftModelRunner::create(*loaded.model, *loaded.tokenizer, *loaded.model,
                                          *loaded.tokenizer, pool, 2048 / 16 + 1, 16, DType::kF16))
