@@ -242,8 +242,9 @@ Result<ModelSession> open_session(const ModelOptions& options) {
 }
 
 Status ModelSession::follow() {
-  // A follower ends when the leader stops it (the leader drains first on SIGTERM or Ctrl-C,
-  // which mpirun hands every rank), or is killed with the job.
+  // A follower ends when the leader stops it, or with the job: when a rank fails or mpirun is
+  // stopped, mpirun signals every rank and kills it a second later (the leader meanwhile ends
+  // its running requests with errors).
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
   Status status = ShardFollower(*model, *pool).run();

@@ -217,6 +217,7 @@ Status run_serve(ServeCommandOptions& options) {
   }
 
   LoadedModel loaded;  // declared before the server so that it outlives it
+  serve.end_requests_on_signal = options.model.distributed();
   server::HttpServer http_server(options.serve);
   if (gateway) http_server.set_gateway(std::move(gateway));
   TACHYON_RETURN_IF_ERROR(http_server.listen());
@@ -227,6 +228,12 @@ Status run_serve(ServeCommandOptions& options) {
   });
   Status status = http_server.run();
   loader.join();
+  if (loaded.engine && loaded.session.world &&
+      !loaded.engine->stop_within(std::chrono::seconds(2))) {
+    // Its step waits for a rank that is gone (mpirun may already be ending the job).
+    spdlog::error("a rank of the job stopped answering: ending the job");
+    loaded.session.world->abort(1);
+  }
   // The engine goes first: its unfinished requests' streams hold wake-up callbacks bound to
   // the server's strands, which must not outlive the server's io_context.
   loaded.engine.reset();

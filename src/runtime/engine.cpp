@@ -175,7 +175,10 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   engine->core_ = std::make_unique<EngineCore>(model, tokenizer, pool, options, std::move(cache),
                                                max_context, std::move(draft_runner),
                                                std::move(disk_tier), std::move(mtp_runner));
-  engine->thread_ = std::thread([core = engine->core_.get()] { core->run(); });
+  engine->thread_ = std::thread([core = engine->core_.get(), done = &engine->thread_done_] {
+    core->run();
+    done->store(true);
+  });
   return engine;
 }
 
@@ -186,7 +189,58 @@ Engine::~Engine() {
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest request,
                                                       std::function<void()> notify) {
-  return core_->submit(std::move(request), std::move(notify));
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    if (abandoned_) return Status(StatusCode::kUnavailable, abandoned_->message());
+  }
+  Result<std::shared_ptr<RequestStream>> stream =
+      core_->submit(std::move(request), std::move(notify));
+  if (!stream.ok()) return stream;
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  if (abandoned_) {  // abandon() ran meanwhile
+    EngineOutput failed;
+    failed.finished = true;
+    failed.status = *abandoned_;
+    (*stream)->push(std::move(failed));
+    return stream;
+  }
+  if (streams_.size() >= prune_at_) {
+    std::erase_if(streams_, [](const std::weak_ptr<RequestStream>& s) { return s.expired(); });
+    prune_at_ = std::max<size_t>(64, 2 * streams_.size());
+  }
+  streams_.push_back(*stream);
+  return stream;
+}
+
+void Engine::abandon(const Status& reason) {
+  std::vector<std::shared_ptr<RequestStream>> live;
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    if (abandoned_) return;
+    abandoned_ = reason;
+    for (const std::weak_ptr<RequestStream>& weak : streams_) {
+      if (std::shared_ptr<RequestStream> stream = weak.lock()) live.push_back(std::move(stream));
+    }
+    streams_.clear();
+  }
+  for (const std::shared_ptr<RequestStream>& stream : live) {
+    EngineOutput failed;  // dropped by streams that have finished
+    failed.finished = true;
+    failed.status = reason;
+    stream->push(std::move(failed));
+  }
+}
+
+bool Engine::stop_within(std::chrono::milliseconds limit) {
+  if (!thread_.joinable()) return true;
+  core_->stop();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!thread_done_.load()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  thread_.join();
+  return true;
 }
 
 void Engine::cancel(RequestId id) { core_->cancel(id); }

@@ -5,10 +5,12 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -97,6 +99,14 @@ class Engine {
   // are freed within one engine step. Unknown or finished ids are ignored.
   void cancel(RequestId id);
 
+  // For when the engine thread cannot be reached: it waits inside a step for another process of
+  // a distributed job that is gone. Every request submitted and not yet finished ends now, from
+  // the calling thread, with `reason`; later submits fail with kUnavailable.
+  void abandon(const Status& reason);
+  // Stops the engine thread, waiting at most `limit`: false (the thread still running, the
+  // engine not to be destroyed) when it is stuck in a step.
+  bool stop_within(std::chrono::milliseconds limit);
+
   // Longest prompt + generated sequence a request may have.
   int max_context() const;
   EngineMetrics metrics() const;
@@ -107,6 +117,12 @@ class Engine {
 
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;
+  std::atomic<bool> thread_done_{false};
+  // Streams handed out, for abandon(); expired ones are pruned as more are added.
+  std::mutex streams_mutex_;
+  std::vector<std::weak_ptr<RequestStream>> streams_;
+  size_t prune_at_ = 64;
+  std::optional<Status> abandoned_;  // abandon()'s reason
 };
 
 }  // namespace tachyon

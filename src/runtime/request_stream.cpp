@@ -5,6 +5,8 @@ namespace tachyon {
 void RequestStream::push(EngineOutput output) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    finished_ = output.finished;
     outputs_.push_back(std::move(output));
   }
   ready_.notify_all();

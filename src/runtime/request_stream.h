@@ -22,7 +22,8 @@ class RequestStream {
 
   RequestId id() const { return id_; }
 
-  // Engine side.
+  // Engine side. Once an output that finishes the request is in, later ones are dropped (a
+  // request Engine::abandon() ended may still get the engine thread's).
   void push(EngineOutput output);
 
   // Consumer side. try_pop never blocks; pop waits up to `timeout` (nullopt: timed out).
@@ -37,6 +38,7 @@ class RequestStream {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<EngineOutput> outputs_;
+  bool finished_ = false;
 };
 
 }  // namespace tachyon

@@ -136,6 +136,12 @@ void ApiRouter::cancel_in_flight() {
   }
 }
 
+void ApiRouter::abandon_in_flight(const Status& reason) {
+  if (std::shared_ptr<const ServedModel> model = context_.model(); model && model->engine) {
+    model->engine->abandon(reason);
+  }
+}
+
 std::optional<ApiError> ApiRouter::authenticate(const HttpRequest& request, Connection& connection,
                                                 std::optional<gateway::Tenant>& tenant) {
   gateway::Gateway& gateway = *context_.gateway();

@@ -25,6 +25,7 @@ class ApiRouter : public RequestHandler {
   size_t num_in_flight() const override { return context_.num_requests(); }
   // Cancels the engine requests still running.
   void cancel_in_flight() override;
+  void abandon_in_flight(const Status& reason) override;
 
  private:
   // What a small route answers: an error, a JSON body, or plain text.

@@ -144,8 +144,17 @@ void HttpServer::wait_for_signals() {
       io_context_.stop();
       return;
     }
-    spdlog::info("signal {}: draining (at most {} s)", signal_number,
-                 context_.options().shutdown_timeout_seconds);
+    if (context_.options().end_requests_on_signal) {
+      spdlog::warn("signal {}: the job is ending (a rank stopped, or mpirun was stopped); "
+                   "running requests end now with 503",
+                   signal_number);
+      handler_->abandon_in_flight(
+          cancelled("the job over several processes is ending (a rank stopped, or mpirun was "
+                    "stopped)"));
+    } else {
+      spdlog::info("signal {}: draining (at most {} s)", signal_number,
+                   context_.options().shutdown_timeout_seconds);
+    }
     asio::co_spawn(control_, drain(), [](std::exception_ptr e) { log_exception("drain", e); });
     wait_for_signals();
   });

@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "core/status.h"
 #include "server/connection.h"
 
 namespace tachyon::server {
@@ -27,6 +28,12 @@ class RequestHandler {
   virtual size_t num_in_flight() const = 0;
   // ...then cancels what is left (from the drain's strand; thread-safe).
   virtual void cancel_in_flight() = 0;
+  // Ends every request in flight at once with `reason`, without waiting for what computes
+  // them (it may never answer again: a distributed job whose rank is gone). Thread-safe.
+  virtual void abandon_in_flight(const Status& reason) {
+    (void)reason;
+    cancel_in_flight();
+  }
 };
 
 }  // namespace tachyon::server

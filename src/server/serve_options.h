@@ -29,6 +29,10 @@ struct ServeOptions {
   double request_timeout_seconds = 600;  // engine deadline per request
   double sse_ping_interval_seconds = 5;  // ": ping" while a stream has nothing else to send
   double shutdown_timeout_seconds = 30;  // drain time for running requests on SIGTERM
+  // The leader of a job over several processes: a signal ends running requests at once (503,
+  // or an error event in a stream) instead of draining them, since mpirun kills every rank a
+  // second after one fails or after it is stopped itself (odls_base_sigkill_timeout).
+  bool end_requests_on_signal = false;
   // A connection waiting for its (next) request's first byte is closed after this.
   double idle_timeout_seconds = 5;
   // Open connections at most; one more is answered 503 (server_overloaded) and closed, while

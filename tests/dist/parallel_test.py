@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -216,19 +217,33 @@ def check_serving(tachyon: str, layouts: list[tuple[int, int]]) -> None:
 
 
 def check_rank_killed(tachyon: str) -> None:
+    """A rank killed mid-request: mpirun signals the others, and the leader ends its running
+    requests at once, a stream with an error event (no [DONE]), a plain request with a 503."""
     import openai
     server = MpiServer(tachyon, None, 2, 1, ["-t", "1", "-c", "2048", "--model-alias", "m"],
                        startup_timeout=300, check_exit=False)
     with server:
         client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
-        stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "Tell a very long story."}],
-            temperature=0, max_tokens=1500, stream=True)
+        messages = [{"role": "user", "content": "Tell a very long story."}]
+        plain_error: list[Exception] = []
+
+        def plain_request() -> None:
+            try:
+                client.chat.completions.create(model="m", messages=messages, temperature=0,
+                                               max_tokens=1500)
+            except Exception as caught:  # noqa: BLE001
+                plain_error.append(caught)
+
+        stream = client.chat.completions.create(model="m", messages=messages, temperature=0,
+                                                max_tokens=1500, stream=True)
+        plain = threading.Thread(target=plain_request)
         killed_at = None
         error = None
         try:
             for count, _ in enumerate(stream):
-                if count == 3:
+                if count == 1:
+                    plain.start()
+                if count == 6:
                     follower = server.rank_pids().get(1)
                     check("the follower rank's process was found", follower is not None,
                           server.rank_pids())
@@ -236,9 +251,14 @@ def check_rank_killed(tachyon: str) -> None:
                     killed_at = time.monotonic()
         except Exception as caught:  # noqa: BLE001
             error = caught
-        check("a rank killed mid-request: the client's stream ends with an error",
-              error is not None, "the stream ended as if complete")
-        info(f"client saw {type(error).__name__}: {error}")
+        plain.join(timeout=60)
+        info(f"the stream's client saw {type(error).__name__}: {error}")
+        check("a rank killed mid-request: the stream ends with the server's error event",
+              isinstance(error, openai.APIError) and "is ending" in str(error), repr(error))
+        info(f"the plain request's client saw {plain_error!r}")
+        check("a rank killed mid-request: a plain request in flight gets a 503",
+              len(plain_error) == 1 and getattr(plain_error[0], "status_code", None) == 503,
+              plain_error)
         deadline = time.monotonic() + 30
         while server.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

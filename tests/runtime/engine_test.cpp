@@ -594,6 +594,35 @@ TEST(EngineTest, CancelAndDeadlineFreeTheBlocks) {
   engine->cancel(12345);  // unknown ids are ignored
 }
 
+// abandon() (a distributed job whose rank is gone) ends unfinished requests at once from the
+// calling thread with its reason; finished ones keep their end; later submits are refused.
+TEST(EngineTest, AbandonEndsUnfinishedRequestsFromTheCallingThread) {
+  LoadedModel& loaded = default_model();
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.kv_cache_bytes = 64 << 20;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  const auto prompts = make_prompts(*loaded.tokenizer, 2);
+  const EngineOutput done = run_alone(*engine, greedy_request(prompts[0], 4));
+  ASSERT_TRUE(done.status.ok());
+  auto finished = *engine->submit(greedy_request(prompts[0], 2));
+  EXPECT_TRUE(finished->wait_for_all().status.ok());
+  auto running = *engine->submit(greedy_request(prompts[1], 100000));
+  ASSERT_TRUE(running->pop(std::chrono::seconds(30)).has_value());
+  engine->abandon(cancelled("the job is ending"));
+  const EngineOutput rest = running->wait_for_all();
+  EXPECT_TRUE(rest.finished);
+  EXPECT_EQ(rest.status.code(), StatusCode::kCancelled);
+  EXPECT_EQ(rest.status.message(), "the job is ending");
+  EXPECT_FALSE(finished->try_pop().has_value());  // nothing after its own end
+  Result<std::shared_ptr<RequestStream>> refused = engine->submit(greedy_request(prompts[0], 4));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(refused.status().message(), "the job is ending");
+  EXPECT_TRUE(engine->stop_within(std::chrono::seconds(30)));  // its thread was not stuck
+}
+
 // Bad requests are refused at submit with a message naming the numbers; a full context ends
 // a request with kLength.
 TEST(EngineTest, RejectsBadRequestsAndStopsAtTheContext) {
