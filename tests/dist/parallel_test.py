@@ -7,8 +7,9 @@ Checked: perplexity the same (the issue allows 1e-4 relative; tachyon's splits a
 same digits are asserted too), greedy continuations of 20 prompts through `serve` with the
 official openai client (concurrent, some streamed) the same as one process's, each rank's
 resident weights about 1/N of the model's, clear errors for impossible splits, a rank killed
-mid-request ending the job within seconds (the client sees an error, nothing hangs), and the
-TCP transport (`--mca btl tcp,self`) giving the same numbers.
+mid-request ending the job within seconds (the client sees a 503 or an SSE error event, nothing
+hangs), SIGTERM to mpirun doing the same, and the TCP transport (`--mca btl tcp,self`) giving
+the same numbers.
 
     parallel_test.py --tachyon build/tachyon --tiny-models build/tests/models/tiny_models
 """
@@ -269,6 +270,35 @@ def check_rank_killed(tachyon: str) -> None:
               server.process.returncode)
 
 
+def check_mpirun_stopped(tachyon: str) -> None:
+    """SIGTERM to mpirun (as an orchestrator stops a job): it signals every rank and kills them a
+    second later, so the leader ends a running stream at once with its error event."""
+    import openai
+    server = MpiServer(tachyon, None, 2, 1, ["-t", "1", "-c", "2048", "--model-alias", "m"],
+                       startup_timeout=300, check_exit=False)
+    with server:
+        client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Tell a very long story."}],
+            temperature=0, max_tokens=1500, stream=True)
+        error = None
+        try:
+            for count, _ in enumerate(stream):
+                if count == 4:
+                    server.process.send_signal(signal.SIGTERM)
+        except Exception as caught:  # noqa: BLE001
+            error = caught
+        info(f"the client saw {type(error).__name__}: {error}")
+        check("SIGTERM to mpirun mid-stream: the stream ends with the server's error event",
+              isinstance(error, openai.APIError) and "is ending" in str(error), repr(error))
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        check("SIGTERM to mpirun: the job ends", server.process.poll() is not None,
+              "still running after 30 s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tachyon", required=True)
@@ -299,6 +329,7 @@ def main() -> int:
                                                text.name, None)[0]))
     section("serving", check_serving, args.tachyon, layouts)
     section("rank killed", check_rank_killed, args.tachyon)
+    section("mpirun stopped", check_mpirun_stopped, args.tachyon)
     os.unlink(text.name)
     return exit_status()
 
