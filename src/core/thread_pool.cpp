@@ -17,6 +17,23 @@ namespace {
 // kernels of one forward pass, short enough not to burn a core when idle.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 
+// Runs the parts of job `job` that no thread has claimed yet; `word` is the pool's
+// generation (job << 32 | next part), `done` counts finished parts. A claim succeeds only
+// while its job is current and a job ends only when all its parts are done, so `task` is
+// valid for whoever holds a claim. When the machine is busy, a thread that has a core takes
+// the parts of one still waiting for its own instead of waiting for it.
+void take_parts(std::atomic<uint64_t>& word, std::atomic<int>& done,
+                const FunctionRef<void(int, int)>* const& task, int num_parts, uint64_t job) {
+  for (;;) {
+    uint64_t claim = word.load(std::memory_order_acquire);
+    const uint64_t part = claim & 0xffffffffu;
+    if ((claim >> 32) != job || part >= static_cast<uint64_t>(num_parts)) return;
+    if (!word.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
+    (*task)(static_cast<int>(part), num_parts);
+    done.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -29,7 +46,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_.store(true);
-    generation_.fetch_add(1);
+    generation_.fetch_add(uint64_t{1} << 32);
   }
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -41,19 +58,21 @@ void ThreadPool::run(FunctionRef<void(int, int)> task) {
     return;
   }
   task_ = &task;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  // Both sides are sequentially consistent: either this load sees a worker's sleepers_
-  // increment (and the lock below orders the bump with its wait), or that worker's check of
-  // the generation, after its increment, sees the bump and it does not sleep.
-  generation_.fetch_add(1, std::memory_order_seq_cst);
+  pending_.store(0, std::memory_order_relaxed);
+  // Every part of the last job was claimed, so only this thread writes the word now. Both
+  // sides are sequentially consistent: either this load sees a worker's sleepers_ increment
+  // (and the lock below orders the new job with its wait), or that worker's check of the
+  // generation, after its increment, sees the new job and it does not sleep.
+  const uint64_t job = ((generation_.load(std::memory_order_relaxed) >> 32) + 1) & 0xffffffffu;
+  generation_.store(job << 32, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_all();
   }
-  task(0, num_threads_);
-  // Spin for the workers; yield now and then, so that a worker that lost its core (the machine
-  // is busy) gets it back instead of waiting behind us.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  take_parts(generation_, pending_, task_, num_threads_, job);
+  // Wait for the parts other threads claimed; yield now and then, so that a worker that lost
+  // its core mid-part (the machine is busy) gets it back instead of waiting behind us.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != num_threads_; ++spins) {
     if (spins % 1024 == 1023) {
       std::this_thread::yield();
     } else {
@@ -63,7 +82,7 @@ void ThreadPool::run(FunctionRef<void(int, int)> task) {
   task_ = nullptr;
 }
 
-void ThreadPool::worker_loop(int thread_index) {
+void ThreadPool::worker_loop(int /*thread_index: parts are claimed, not assigned*/) {
   uint64_t seen = 0;
   while (true) {
     uint64_t current = generation_.load(std::memory_order_acquire);
@@ -84,8 +103,7 @@ void ThreadPool::worker_loop(int thread_index) {
     }
     seen = current;
     if (stopping_.load()) return;
-    (*task_)(thread_index, num_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    take_parts(generation_, pending_, task_, num_threads_, current >> 32);
   }
 }
 

@@ -1,6 +1,6 @@
 // A pool of persistent worker threads for data-parallel kernels. The calling thread works
-// too, so a pool of N threads runs N-1 workers. Workers spin briefly between jobs (a decode
-// step issues hundreds of small jobs) and then sleep.
+// too, so a pool of N threads runs N-1 workers; a job's N parts go to whichever thread claims
+// them first. Workers spin briefly between jobs (a decode step has hundreds), then sleep.
 #pragma once
 
 #include <atomic>
@@ -24,8 +24,8 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
-  // Calls task(thread_index, num_threads) once on every thread (the caller is index 0) and
-  // returns when all have finished. Not reentrant: one job at a time.
+  // Calls task(index, num_threads) once per index in [0, num_threads), each on the thread that
+  // claims it; returns when all are done. Parts must not wait for each other; not reentrant.
   void run(FunctionRef<void(int thread_index, int num_threads)> task);
 
   // Splits [0, count) into contiguous chunks, one per thread, each a multiple of `grain`
@@ -38,8 +38,8 @@ class ThreadPool {
   int num_threads_;
   std::vector<std::thread> workers_;
   const FunctionRef<void(int, int)>* task_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped for each job
-  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<uint64_t> generation_{0};  // the job's number << 32 | its next unclaimed part
+  std::atomic<int> pending_{0};          // parts of the current job done
   std::atomic<bool> stopping_{false};
   // Workers asleep or about to sleep on wake_: run() takes the lock and notifies only then (a
   // decode step's hundreds of jobs mostly find the workers spinning).

@@ -51,5 +51,24 @@ TEST(ThreadPoolTest, ManySmallJobsInARow) {
   EXPECT_EQ(total, 20000 * (63 * 64 / 2));
 }
 
+// More threads than cores (as on a busy machine): a part may run on any thread, the caller's
+// included, but every part of every job runs exactly once and none runs after its job ended.
+TEST(ThreadPoolTest, OversubscribedJobsRunEachPartOnce) {
+  ThreadPool pool(8);
+  std::vector<std::atomic<int>> calls(8);
+  std::atomic<int> finished_job{-1};
+  for (int job = 0; job < 5000; ++job) {
+    pool.run([&](int index, int count) {
+      EXPECT_EQ(count, 8);
+      EXPECT_EQ(finished_job.load(), job - 1) << "a part ran after its job had returned";
+      calls[index].fetch_add(1);
+    });
+    finished_job.store(job);
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_EQ(calls[i].load(), job + 1) << "job " << job << " part " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tachyon
