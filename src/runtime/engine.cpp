@@ -187,6 +187,18 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// The finishing event of a request ended from outside the engine thread.
+EngineOutput failed_output(const Status& reason) {
+  EngineOutput failed;
+  failed.finished = true;
+  failed.status = reason;
+  return failed;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest request,
                                                       std::function<void()> notify) {
   {
@@ -198,10 +210,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest request,
   if (!stream.ok()) return stream;
   std::lock_guard<std::mutex> lock(streams_mutex_);
   if (abandoned_) {  // abandon() ran meanwhile
-    EngineOutput failed;
-    failed.finished = true;
-    failed.status = *abandoned_;
-    (*stream)->push(std::move(failed));
+    (*stream)->push(failed_output(*abandoned_));
     return stream;
   }
   if (streams_.size() >= prune_at_) {
@@ -223,12 +232,8 @@ void Engine::abandon(const Status& reason) {
     }
     streams_.clear();
   }
-  for (const std::shared_ptr<RequestStream>& stream : live) {
-    EngineOutput failed;  // dropped by streams that have finished
-    failed.finished = true;
-    failed.status = reason;
-    stream->push(std::move(failed));
-  }
+  // Streams that have finished drop it.
+  for (const std::shared_ptr<RequestStream>& stream : live) stream->push(failed_output(reason));
 }
 
 bool Engine::stop_within(std::chrono::milliseconds limit) {
