@@ -46,7 +46,7 @@ from gateway_util import KeysCli, bearer, fetch_metrics_text, httpx  # noqa: E40
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT.parent / "shared/data/corpus/tinyshakespeare.txt"
-B_REQUESTS = 10
+B_REQUESTS = 8
 B_PROMPT_TOKENS = 160
 B_MAX_TOKENS = 16
 A_STREAMS = 20

@@ -392,7 +392,7 @@ def test_router_drain(tachyon: str, replicas: list[TachyonServer], key: str, mod
 def conversation_workload(num_systems: int = 3, per_system: int = 2, turns: int = 3):
     """Conversations sharing long system prompts: (conversation, system prompt, user turns)."""
     text = SHAKESPEARE.read_text()
-    systems = [f"You are assistant {i}. Background:\n" + text[i * 3000: i * 3000 + 1800]
+    systems = [f"You are assistant {i}. Background:\n" + text[i * 3000: i * 3000 + 1000]
                for i in range(num_systems)]
     conversations = []
     for s in range(num_systems):
