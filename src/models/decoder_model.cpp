@@ -50,12 +50,11 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights, ModelShar
       local_rope_(config_.local_rope, config_.local_rope.has_frequency_factors
                                           ? std::span<const float>(weights_.rope_frequency_factors)
                                           : std::span<const float>()) {
-  const int64_t group = config_.num_heads / std::max(config_.num_kv_heads, 1);
   query_rows_.begin.clear();
-  kv_rows_.begin.clear();
-  for (int64_t heads : shard_.kv_heads.begin) {
-    query_rows_.begin.push_back(heads * group * config_.head_size);
-    kv_rows_.begin.push_back(heads * config_.head_size);
+  head_value_rows_.begin.clear();
+  for (int64_t heads : shard_.heads.begin) {
+    query_rows_.begin.push_back(heads * config_.head_size);
+    head_value_rows_.begin.push_back(heads * config_.mla.v_head_dim);
   }
   if (config_.moe.enabled()) {
     std::vector<int> moe_layers;
@@ -296,7 +295,7 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   std::vector<int>& positions = workspace_.positions;
   positions.resize(num_tokens);
   for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t + position_offset;
-  const int64_t kv_size = kv_rows_.count(shard_.tp_rank);
+  const int64_t kv_size = local_kv_size();
   auto store = [&](int layer, int first, int end) {
     const int64_t offset = first * kv_size;
     cache.store(cache_layer(layer), start_position + first, end - first,
@@ -453,7 +452,7 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, PagedKvCac
 Status DecoderModel::run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache,
                                       ThreadPool& pool, const AttentionObserver* observer) {
   workspace_.positions = batch.positions;
-  const int64_t kv_size = kv_rows_.count(shard_.tp_rank);
+  const int64_t kv_size = local_kv_size();
   // Sliding-window layers store in their own blocks (PagedKvCache::is_local).
   auto slots = [&](int layer) -> const std::vector<int64_t>& {
     return cache.is_local(cache_layer(layer)) ? batch.local_slots : batch.slots;
@@ -562,7 +561,7 @@ AttentionShape DecoderModel::attention_shape() const {
       const double m = 0.1 * mla.softmax_mscale * std::log(factor) + 1.0;
       scale *= m * m;
     }
-    return AttentionShape{config_.num_heads, 1, mla.latent_size(), static_cast<float>(scale)};
+    return AttentionShape{shard_.local_heads(), 1, mla.latent_size(), static_cast<float>(scale)};
   }
   const int scale_dim =
       config_.attention_scale_dim > 0 ? config_.attention_scale_dim : config_.head_size;
@@ -630,7 +629,7 @@ void DecoderModel::prepare_workspace(int num_tokens) {
   w.normed.resize(num_tokens * hidden);
   // A tensor-parallel shard's own heads (config_.q_size() and kv_size() otherwise).
   const int64_t q_size = config_.mla.enabled() ? config_.q_size() : query_rows_.count(shard_.tp_rank);
-  const int64_t kv_size = config_.mla.enabled() ? config_.kv_size() : kv_rows_.count(shard_.tp_rank);
+  const int64_t kv_size = local_kv_size();
   w.query.resize(static_cast<int64_t>(num_tokens) * q_size);
   w.key.resize(static_cast<int64_t>(num_tokens) * kv_size);
   w.value.resize(static_cast<int64_t>(num_tokens) * kv_size);
@@ -890,7 +889,9 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
   Workspace& w = workspace_;
   const LatentAttentionWeights& weights = layer.mla;
   const LatentAttentionConfig& mla = config_.mla;
-  const int heads = config_.num_heads;
+  // This TP rank's heads (all of them in one process); every rank has the whole latent.
+  const int heads = shard_.local_heads();
+  const int first_head = shard_.first_head();
   const int64_t latent_size = mla.latent_size();
   const int64_t query_stride = static_cast<int64_t>(heads) * mla.qk_head_dim();
   const int64_t absorbed_stride = static_cast<int64_t>(heads) * latent_size;
@@ -940,7 +941,7 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
   });
   // Absorption: head h's query in latent space is W_UK_h^T q_nope_h.
   for (int h = 0; h < heads; ++h) {
-    multiply_head(weights.key_absorb[h], w.query_heads.data() + h * mla.qk_head_dim(),
+    multiply_head(weights.key_absorb[first_head + h], w.query_heads.data() + h * mla.qk_head_dim(),
                   query_stride, num_tokens, w.query.data() + h * latent_size, absorbed_stride,
                   pool);
   }
@@ -948,11 +949,20 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
   // Each head's output latent (the first kv_lora_rank of its attention row) through W_UV_h.
   const int64_t values_stride = static_cast<int64_t>(heads) * mla.v_head_dim;
   for (int h = 0; h < heads; ++h) {
-    multiply_head(weights.value_up[h], w.attention.data() + h * latent_size, absorbed_stride,
-                  num_tokens, w.head_values.data() + h * mla.v_head_dim, values_stride, pool);
+    multiply_head(weights.value_up[first_head + h], w.attention.data() + h * latent_size,
+                  absorbed_stride, num_tokens, w.head_values.data() + h * mla.v_head_dim,
+                  values_stride, pool);
   }
-  const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
-  multiply(output, w.head_values.data(), num_tokens, pool);
+  if (shard_.tp_size > 1) {
+    // Every rank's head values, then this rank's rows of the output projection, then all rows.
+    gather_columns(w.head_values.data(), num_tokens, head_value_rows_, w.gathered.data());
+    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.partial.data()}};
+    multiply(output, w.gathered.data(), num_tokens, pool);
+    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
+  } else {
+    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
+    multiply(output, w.head_values.data(), num_tokens, pool);
+  }
 }
 
 void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_tokens,

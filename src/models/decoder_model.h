@@ -308,8 +308,12 @@ class DecoderModel {
   ModelConfig config_;
   DecoderWeights weights_;
   ModelShard shard_;
-  RowSplit query_rows_;  // the q_size rows by TP rank (its KV heads' query heads)
-  RowSplit kv_rows_;     // the kv_size rows by TP rank
+  RowSplit query_rows_;       // the q_size rows by TP rank (its KV heads' query heads)
+  RowSplit head_value_rows_;  // MLA: the heads' values (heads * v_head_dim) by TP rank
+  // The key (and value) floats per token this rank caches: its KV heads', MLA's whole latent.
+  int64_t local_kv_size() const {
+    return static_cast<int64_t>(shard_.local_kv_heads()) * config_.head_size;
+  }
   ForwardBatch micro_batch_;  // forward_micro_batches' current one (its vectors reused)
   RotaryEmbedding rope_;
   RotaryEmbedding local_rope_;  // local layers' (config_.local_rope)

@@ -519,22 +519,27 @@ TensorLookup hf_lookup(const HfCheckpoint& checkpoint, const ModelConfig& config
   };
 }
 
-// A layer's MLA projections (`prefix`: "blk.N.").
+// A layer's MLA projections (`prefix`: "blk.N."): the latent's whole, the queries of `shard`'s
+// heads only (the per-head matrices of the others stay empty).
 Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
-                             const std::string& prefix, LatentAttentionWeights& mla) {
+                             const ModelShard& shard, const std::string& prefix,
+                             LatentAttentionWeights& mla) {
   const LatentAttentionConfig& shape = config.mla;
   const int heads = config.num_heads;
   const int64_t hidden = config.hidden_size;
   const int64_t query_rows = static_cast<int64_t>(heads) * shape.qk_head_dim();
+  const int64_t first_row = static_cast<int64_t>(shard.first_head()) * shape.qk_head_dim();
+  const int64_t local_rows = static_cast<int64_t>(shard.local_heads()) * shape.qk_head_dim();
   if (shape.q_lora_rank > 0) {
     TACHYON_ASSIGN_OR_RETURN(mla.query_a,
                              load.matrix(prefix + "attn_q_a.weight", shape.q_lora_rank, hidden));
     TACHYON_ASSIGN_OR_RETURN(mla.query_a_norm,
                              load.vector(prefix + "attn_q_a_norm.weight", shape.q_lora_rank));
-    TACHYON_ASSIGN_OR_RETURN(
-        mla.query_b, load.matrix(prefix + "attn_q_b.weight", query_rows, shape.q_lora_rank));
+    TACHYON_ASSIGN_OR_RETURN(mla.query_b, load.matrix(prefix + "attn_q_b.weight", query_rows,
+                                                      shape.q_lora_rank, first_row, local_rows));
   } else {
-    TACHYON_ASSIGN_OR_RETURN(mla.query, load.matrix(prefix + "attn_q.weight", query_rows, hidden));
+    TACHYON_ASSIGN_OR_RETURN(mla.query, load.matrix(prefix + "attn_q.weight", query_rows, hidden,
+                                                    first_row, local_rows));
   }
   TACHYON_ASSIGN_OR_RETURN(
       mla.kv_a, load.matrix(prefix + "attn_kv_a_mqa.weight", shape.latent_size(), hidden));
@@ -543,17 +548,23 @@ Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
   const int64_t latent = shape.kv_lora_rank;
   const int64_t nope = shape.qk_nope_head_dim;
   const int64_t value = shape.v_head_dim;
+  const std::function<bool(int)> own = [&shard](int h) { return shard.owns_head(h); };
   if (load.has(prefix + "attn_k_b.weight")) {  // llama.cpp's current deepseek2 files
-    TACHYON_ASSIGN_OR_RETURN(mla.key_absorb,
-                             load.matrices(prefix + "attn_k_b.weight", heads, latent, nope));
-    TACHYON_ASSIGN_OR_RETURN(mla.value_up,
-                             load.matrices(prefix + "attn_v_b.weight", heads, value, latent));
+    TACHYON_ASSIGN_OR_RETURN(mla.key_absorb, load.matrices(prefix + "attn_k_b.weight", heads,
+                                                           latent, nope, false, own));
+    TACHYON_ASSIGN_OR_RETURN(mla.value_up, load.matrices(prefix + "attn_v_b.weight", heads, value,
+                                                         latent, false, own));
     return Status();
   }
   // kv_b: per head, nope rows of W_UK then value rows of W_UV, each kv_lora_rank wide.
   TACHYON_ASSIGN_OR_RETURN(std::vector<float> kv_b,
                            load.values(prefix + "attn_kv_b.weight", heads * (nope + value) * latent));
   for (int h = 0; h < heads; ++h) {
+    if (!own(h)) {
+      mla.key_absorb.emplace_back();
+      mla.value_up.emplace_back();
+      continue;
+    }
     const float* head = kv_b.data() + h * (nope + value) * latent;
     std::vector<float> key_absorb(latent * nope);  // transposed: [latent, nope]
     for (int64_t n = 0; n < nope; ++n) {
@@ -614,11 +625,12 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, const ModelShar
   const std::string prefix = fmt::format("blk.{}.", i);
   TACHYON_ASSIGN_OR_RETURN(layer.attention_norm, load.vector(prefix + "attn_norm.weight", hidden));
   if (config.mla.enabled()) {
-    TACHYON_RETURN_IF_ERROR(load_latent_attention(load, config, prefix, layer.mla));
+    TACHYON_RETURN_IF_ERROR(load_latent_attention(load, config, shard, prefix, layer.mla));
     TACHYON_ASSIGN_OR_RETURN(
         layer.attention_output,
         load.matrix(prefix + "attn_output.weight", hidden,
-                    static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim));
+                    static_cast<int64_t>(config.num_heads) * config.mla.v_head_dim,
+                    shard.hidden_rows.first(shard.tp_rank), shard.hidden_rows.count(shard.tp_rank)));
   } else {
     // The rank's KV heads' rows, and their query heads' (a KV head's group follows it).
     const int64_t kv_first = static_cast<int64_t>(shard.first_kv_head()) * config.head_size;

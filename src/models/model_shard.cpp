@@ -1,5 +1,7 @@
 #include "models/model_shard.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace tachyon {
@@ -54,6 +56,8 @@ ModelShard ModelShard::whole(const ModelConfig& config) {
   ModelShard shard;
   shard.end_layer = config.num_layers;
   shard.kv_heads = RowSplit::even(config.num_kv_heads, 1, 1);
+  shard.heads = RowSplit::even(config.num_heads, 1, 1);
+  shard.latent_cache = config.mla.enabled();
   shard.hidden_rows = RowSplit::even(config.hidden_size, 1, 1);
   shard.ffn_rows = RowSplit::even(config.ffn_size, 1, 1);
   shard.vocab_rows = RowSplit::even(config.vocab_size, 1, 1);
@@ -76,17 +80,17 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
                                         pp_size, config.num_layers));
   }
   if (tp_size > 1) {
-    if (config.mla.enabled()) {
-      return unsupported(fmt::format("--tp {}: tensor parallelism over MLA attention is not "
-                                     "built yet; split this model with --pp",
-                                     tp_size));
+    if (config.mla.enabled() && config.num_heads < tp_size) {
+      return invalid_argument(fmt::format("--tp {}: the model has {} attention heads; each TP "
+                                          "rank needs at least one (use --tp {} at most, or --pp)",
+                                          tp_size, config.num_heads, config.num_heads));
     }
     if (config.moe.enabled() && config.moe.num_experts < tp_size) {
       return invalid_argument(fmt::format("--tp {}: the model has {} routed experts; each rank "
                                           "needs at least one",
                                           tp_size, config.moe.num_experts));
     }
-    if (config.num_kv_heads < tp_size) {
+    if (!config.mla.enabled() && config.num_kv_heads < tp_size) {
       return invalid_argument(fmt::format("--tp {}: the model has {} KV heads; each TP rank needs "
                                           "at least one (use --tp {} at most, or --pp)",
                                           tp_size, config.num_kv_heads, config.num_kv_heads));
@@ -127,7 +131,16 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
   shard.end_layer = boundary[shard.pp_stage + 1];
   // Whole 64-row units where the sizes allow: the kernels' repacked tiles then never straddle
   // two ranks.
-  shard.kv_heads = RowSplit::even(config.num_kv_heads, tp_size, 1);
+  shard.latent_cache = config.mla.enabled();
+  if (shard.latent_cache) {
+    shard.kv_heads = RowSplit::even(config.num_kv_heads, 1, 1);
+    shard.heads = RowSplit::even(config.num_heads, tp_size, 1);
+  } else {
+    // A KV head's query heads go with it.
+    shard.kv_heads = RowSplit::even(config.num_kv_heads, tp_size, 1);
+    const int64_t group = config.num_heads / std::max(config.num_kv_heads, 1);
+    for (int64_t first : shard.kv_heads.begin) shard.heads.begin.push_back(first * group);
+  }
   shard.hidden_rows = RowSplit::even(config.hidden_size, tp_size, kRowUnit);
   shard.ffn_rows = RowSplit::even(config.ffn_size, tp_size, kRowUnit);
   shard.vocab_rows = RowSplit::even(config.vocab_size, tp_size, kRowUnit);
@@ -139,11 +152,12 @@ std::string ModelShard::describe(const ModelConfig& config) const {
   std::string text = fmt::format("stage {} of {} (layers {}-{})", pp_stage, pp_size, first_layer,
                                  end_layer - 1);
   if (tp_size > 1) {
-    const int group = config.num_heads / config.num_kv_heads;
-    text += fmt::format(", TP rank {} of {}: KV heads {}-{} (query heads {}-{}), hidden rows "
+    const std::string kv = latent_cache ? std::string("the latent (every rank's)")
+                                        : fmt::format("KV heads {}-{}", first_kv_head(),
+                                                      first_kv_head() + local_kv_heads() - 1);
+    text += fmt::format(", TP rank {} of {}: {} (query heads {}-{}), hidden rows "
                         "{}-{}, FFN rows {}-{}, vocabulary rows {}-{}",
-                        tp_rank, tp_size, first_kv_head(), first_kv_head() + local_kv_heads() - 1,
-                        first_kv_head() * group, (first_kv_head() + local_kv_heads()) * group - 1,
+                        tp_rank, tp_size, kv, first_head(), first_head() + local_heads() - 1,
                         hidden_rows.first(tp_rank),
                         hidden_rows.first(tp_rank) + hidden_rows.count(tp_rank) - 1,
                         ffn_rows.first(tp_rank), ffn_rows.first(tp_rank) + ffn_rows.count(tp_rank) - 1,

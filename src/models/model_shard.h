@@ -40,8 +40,11 @@ struct ModelShard {
   int pp_size = 1;
   int first_layer = 0;  // this stage's layers: [first_layer, end_layer)
   int end_layer = 0;
-  // TP: the rows of each kind each TP rank owns. KV heads go whole, their query heads with them.
-  RowSplit kv_heads;     // of config.num_kv_heads
+  // TP: the rows of each kind each TP rank owns. KV heads go whole, their query heads with them;
+  // MLA's one KV head (the latent) is every rank's, its query heads are split.
+  RowSplit kv_heads;     // of config.num_kv_heads (MLA: the whole, on every rank)
+  RowSplit heads;        // of config.num_heads
+  bool latent_cache = false;  // MLA: every TP rank computes and caches the whole latent
   RowSplit hidden_rows;  // of the attention output's and the FFN down's hidden_size rows
   RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size)
   RowSplit vocab_rows;   // of the embedding's and the output's rows
@@ -70,8 +73,13 @@ struct ModelShard {
   int world_rank(int stage, int tp) const { return stage * tp_size + tp; }
   int num_layers() const { return end_layer - first_layer; }
   // This TP rank's heads and sizes.
-  int local_kv_heads() const { return static_cast<int>(kv_heads.count(tp_rank)); }
-  int first_kv_head() const { return static_cast<int>(kv_heads.first(tp_rank)); }
+  int local_kv_heads() const {
+    return static_cast<int>(latent_cache ? kv_heads.total() : kv_heads.count(tp_rank));
+  }
+  int first_kv_head() const { return latent_cache ? 0 : static_cast<int>(kv_heads.first(tp_rank)); }
+  int local_heads() const { return static_cast<int>(heads.count(tp_rank)); }
+  int first_head() const { return static_cast<int>(heads.first(tp_rank)); }
+  bool owns_head(int h) const { return h >= first_head() && h < first_head() + local_heads(); }
   // Whether routed expert `e` lives on this rank.
   bool owns_expert(int e) const {
     return e >= experts.first(tp_rank) && e < experts.first(tp_rank) + experts.count(tp_rank);

@@ -100,10 +100,33 @@ TEST(ModelShardTest, ImpossibleSplitsAreClearErrors) {
   ASSERT_FALSE(shard.ok());
   EXPECT_NE(shard.status().message().find("2 routed experts"), std::string::npos);
   config.mla.kv_lora_rank = 512;
-  shard = ModelShard::plan(config, 2, 1, 0);
+  config.num_kv_heads = 1;
+  config.moe.num_experts = 0;
+  shard = ModelShard::plan(config, 10, 1, 0);  // MLA: 9 query heads for 10 ranks
   ASSERT_FALSE(shard.ok());
-  EXPECT_EQ(shard.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(shard.status().message().find("9 attention heads"), std::string::npos)
+      << shard.status().message();
   EXPECT_TRUE(ModelShard::plan(config, 1, 2, 1).ok());  // pipeline stages take MLA layers
+}
+
+// MLA: the query heads split over the TP ranks, the latent (one KV head) cached whole by each.
+TEST(ModelShardTest, LatentAttentionSplitsQueryHeadsAndKeepsTheLatentOnEveryRank) {
+  ModelConfig config = smollm_shape();
+  config.mla.kv_lora_rank = 512;
+  config.mla.qk_rope_head_dim = 64;
+  config.num_kv_heads = 1;
+  config.head_size = 576;
+  std::vector<int> owners(9, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    Result<ModelShard> shard = ModelShard::plan(config, 2, 1, rank);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    EXPECT_EQ(shard->local_kv_heads(), 1);
+    EXPECT_EQ(shard->first_kv_head(), 0);
+    EXPECT_GE(shard->local_heads(), 4);
+    for (int h = 0; h < 9; ++h) owners[h] += shard->owns_head(h);
+    EXPECT_NE(shard->describe(config).find("the latent"), std::string::npos);
+  }
+  EXPECT_EQ(owners, std::vector<int>(9, 1));  // each query head on exactly one rank
 }
 
 TEST(ModelShardTest, ExpertsSplitWholeOverTheTensorParallelRanks) {

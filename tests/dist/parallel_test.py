@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One model over several processes with real `mpirun` (OpenMPI): tensor parallelism (--tp),
-pipeline parallelism (--pp) and both, on a tiny random Llama, a tiny random MoE model and the
-default model, against the same model in one process.
+pipeline parallelism (--pp) and both, on tiny random models of each architecture (Llama, Qwen,
+Gemma 3, MoE, DeepSeek / Kimi MLA) and the default model, against the same model in one process.
 
 Checked: perplexity the same (the issue allows 1e-4 relative; tachyon's splits are exact, so the
 same digits are asserted too), greedy continuations of 20 prompts through `serve` with the
@@ -217,6 +217,36 @@ def check_serving(tachyon: str, layouts: list[tuple[int, int]]) -> None:
               [(a, b) for a, b in zip(alone, split) if a != b][:3])
 
 
+def check_serving_tiny(tachyon: str, model: str, tp: int, pp: int) -> None:
+    """The paged, batched path of a tiny random model through `serve`: 8 concurrent greedy
+    completions of token prompts, the same tokens split as in one process."""
+    import openai
+    prompts = [[(7 * i + 13 * j) % 200 + 3 for j in range(5 + 3 * i)] for i in range(8)]
+
+    def run_all(server: TachyonServer) -> list[list[str]]:
+        client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
+
+        def one(prompt: list[int]) -> str:
+            reply = client.completions.create(model="m", prompt=prompt, temperature=0,
+                                              max_tokens=16, logprobs=1,
+                                              extra_body={"ignore_eos": True})
+            return reply.choices[0].logprobs.tokens
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(one, prompts))
+
+    args = ["-t", "1", "-c", "128", "--model-alias", "m"]
+    with TachyonServer(tachyon, model, args) as server:
+        alone = run_all(server)
+    with MpiServer(tachyon, model, tp, pp, args, startup_timeout=300) as server:
+        split = run_all(server)
+    same = sum(a == b for a, b in zip(alone, split))
+    check(f"{Path(model).stem}: serve --tp {tp} --pp {pp}: 8 concurrent greedy completions "
+          f"identical to one process's ({same}/8)",
+          same == len(prompts) and all(len(tokens) == 16 for tokens in alone),
+          [(a, b) for a, b in zip(alone, split) if a != b][:2])
+
+
 def check_rank_killed(tachyon: str) -> None:
     """A rank killed mid-request: mpirun signals the others, and the leader ends its running
     requests at once, a stream with an error event (no [DONE]), a plain request with a 503."""
@@ -310,12 +340,13 @@ def main() -> int:
     layouts = [(2, 1), (1, 2), (2, 2)]
     section("errors", check_errors, args.tachyon, tiny)
     # Tiny random models: each architecture feature through the splits that take it (expert
-    # layers: the routed experts split over the TP ranks; tensor parallelism is not built for
-    # MLA yet: those models go through the pipeline).
+    # layers: the routed experts split over the TP ranks; MLA: the query heads split, the
+    # latent on every rank; DeepSeek-V2-Lite's queries without q_lora and its kv_b tensor).
     tiny_cases = [("llama_gqa", layouts), ("qwen2_bias_tied", [(2, 1)]),
                   ("qwen3_qknorm", [(2, 1)]), ("gemma3_tiny", [(2, 1), (1, 2)]),
                   ("qwen3_moe_tiny", layouts), ("mixtral_tiny", [(2, 1)]),
-                  ("qwen2_moe_tiny", [(2, 1)]), ("deepseek_v3_groups", [(1, 2)])]
+                  ("qwen2_moe_tiny", [(2, 1)]), ("deepseek_v3_groups", layouts),
+                  ("deepseek_v2_lite", [(2, 1)]), ("kimi_k2_tiny", [(2, 1)])]
     for name, cases in tiny_cases:
         section(name, check_perplexity, args.tachyon, f"tiny {name}",
                 str(tiny / f"{name}.f32.gguf"), text.name, cases)
@@ -328,6 +359,8 @@ def main() -> int:
                                  == perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
                                                text.name, None)[0]))
     section("serving", check_serving, args.tachyon, layouts)
+    section("serving MLA", check_serving_tiny, args.tachyon,
+            str(tiny / "deepseek_v3_groups.f32.gguf"), 2, 2)
     section("rank killed", check_rank_killed, args.tachyon)
     section("mpirun stopped", check_mpirun_stopped, args.tachyon)
     os.unlink(text.name)
