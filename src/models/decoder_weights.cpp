@@ -136,16 +136,13 @@ class TensorLoader {
     return *working_copy(std::move(view), rows, cols, /*may_quantize=*/false);
   }
 
-  // A tensor of any shape as f32 values (for matrices rearranged at load).
-  Result<std::vector<float>> values(const std::string& name, int64_t expected_elements) {
-    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, find(name));
-    if (tensor.num_elements != expected_elements) {
-      return corrupt_data(fmt::format("tensor '{}' has shape [{}], {} values, expected {}",
-                                      tensor.name, fmt::join(tensor.shape, ", "),
-                                      tensor.num_elements, expected_elements));
-    }
-    std::vector<float> out(expected_elements);
-    Status status = reference::dequantize(tensor.type, tensor.data, out.data(), expected_elements);
+  // Rows [first, first + count) of a matrix of GGUF shape [cols, rows] as f32 values (for
+  // matrices rearranged at load); only those rows' bytes are read.
+  Result<std::vector<float>> row_values(const std::string& name, int64_t rows, int64_t cols,
+                                        int64_t first, int64_t count) {
+    TACHYON_ASSIGN_OR_RETURN(const TensorView tensor, matrix_rows(name, rows, cols, first, count));
+    std::vector<float> out(static_cast<size_t>(tensor.num_elements));
+    Status status = reference::dequantize(tensor.type, tensor.data, out.data(), tensor.num_elements);
     if (!status.ok()) {
       return Status(status.code(), fmt::format("tensor '{}': {}", tensor.name, status.message()));
     }
@@ -556,16 +553,20 @@ Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
                                                          latent, false, own));
     return Status();
   }
-  // kv_b: per head, nope rows of W_UK then value rows of W_UV, each kv_lora_rank wide.
+  // kv_b: per head, nope rows of W_UK then value rows of W_UV, each kv_lora_rank wide (only
+  // this rank's heads' rows are read).
+  const int64_t head_rows = nope + value;
   TACHYON_ASSIGN_OR_RETURN(std::vector<float> kv_b,
-                           load.values(prefix + "attn_kv_b.weight", heads * (nope + value) * latent));
+                           load.row_values(prefix + "attn_kv_b.weight", heads * head_rows, latent,
+                                           shard.first_head() * head_rows,
+                                           shard.local_heads() * head_rows));
   for (int h = 0; h < heads; ++h) {
     if (!own(h)) {
       mla.key_absorb.emplace_back();
       mla.value_up.emplace_back();
       continue;
     }
-    const float* head = kv_b.data() + h * (nope + value) * latent;
+    const float* head = kv_b.data() + (h - shard.first_head()) * head_rows * latent;
     std::vector<float> key_absorb(latent * nope);  // transposed: [latent, nope]
     for (int64_t n = 0; n < nope; ++n) {
       for (int64_t c = 0; c < latent; ++c) key_absorb[c * nope + n] = head[n * latent + c];
