@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -56,6 +58,15 @@ void add_parallel_options(CLI::App& command, ModelOptions& options) {
                   "Expert parallelism: MoE layers' routed experts split over this many ranks, "
                   "each expert whole on one (the --tp ranks: --ep equals --tp, its default)")
       ->check(CLI::Range(1, 4096));
+  command.add_option("--expert-placement", options.expert_placement,
+                     "Place the routed experts over the --tp ranks by a measured load: a JSON "
+                     "file saved from GET /admin/experts or `tachyon bench --json` (default: "
+                     "consecutive expert ids per rank)");
+  command
+      .add_option("--expert-replicas", options.expert_replicas,
+                  "With --expert-placement: this many spare expert slots per rank and layer, "
+                  "holding copies of the most chosen experts that share their tokens (default 0)")
+      ->check(CLI::Range(0, 1 << 16));
 }
 
 namespace {
@@ -75,6 +86,36 @@ std::vector<double> layer_bytes(const ModelFiles& files, const ModelConfig& conf
     }
   }
   return bytes;
+}
+
+// --expert-placement FILE [--expert-replicas N]: the routed experts over the --tp ranks by the
+// file's measured load (each rank reads the same file, so all place them alike).
+Result<std::shared_ptr<const ExpertPlacement>> place_experts(const ModelOptions& options,
+                                                             const ModelConfig& config,
+                                                             bool report) {
+  const std::string& path = options.expert_placement;
+  if (!config.moe.enabled()) {
+    return invalid_argument("--expert-placement: the model has no routed experts");
+  }
+  if (options.tensor_parallel < 2) {
+    return invalid_argument("--expert-placement places the experts over the --tp ranks: use "
+                            "--tp 2 or more");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(fmt::format("--expert-placement {}: cannot read it", path));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Result<std::vector<ExpertLoad::Layer>> load = parse_expert_load(text, config.moe.num_experts);
+  if (!load.ok()) {
+    return invalid_argument(fmt::format("--expert-placement {}: {}", path, load.status().message()));
+  }
+  Result<ExpertPlacement> placement = ExpertPlacement::balanced(
+      *load, config.moe.num_experts, options.tensor_parallel, options.expert_replicas);
+  if (!placement.ok()) {
+    return invalid_argument(
+        fmt::format("--expert-placement {}: {}", path, placement.status().message()));
+  }
+  if (report) fmt::print(stderr, "tachyon: {}\n", placement->describe(*load));
+  return std::make_shared<const ExpertPlacement>(std::move(*placement));
 }
 
 // The job's communicators and this rank's part of the model (--tp/--pp).
@@ -108,6 +149,14 @@ Result<ModelShard> join_job(const ModelOptions& options, const ModelConfig& conf
                            ModelShard::plan(config, options.tensor_parallel,
                                             options.pipeline_parallel, world->rank(),
                                             layer_bytes(session.files, config)));
+  if (options.expert_replicas > 0 && options.expert_placement.empty()) {
+    return invalid_argument("--expert-replicas copies the most chosen experts: it needs their "
+                            "measured load, --expert-placement FILE");
+  }
+  if (!options.expert_placement.empty()) {
+    TACHYON_ASSIGN_OR_RETURN(shard.expert_placement,
+                             place_experts(options, config, world->rank() == 0));
+  }
   session.tensor_group = world->split(shard.pp_stage, shard.tp_rank);
   session.world = std::move(world);
   shard.world = session.world.get();
@@ -181,6 +230,9 @@ Result<ModelSession> open_session_here(const ModelOptions& options) {
     Result<ModelShard> planned = join_job(options, shape, session);
     if (!planned.ok()) return with_path(planned.status());
     shard = std::move(*planned);
+  } else if (!options.expert_placement.empty() || options.expert_replicas > 0) {
+    return invalid_argument("--expert-placement and --expert-replicas place experts over the "
+                            "ranks of --tp (under mpirun)");
   } else if (dist::launched_by_mpi()) {
     TACHYON_ASSIGN_OR_RETURN(std::unique_ptr<dist::MpiCommunicator> world,
                              dist::MpiCommunicator::world());

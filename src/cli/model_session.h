@@ -33,6 +33,8 @@ struct ModelOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   int expert_parallel = 0;  // --ep: 0 or --tp (the routed experts go over the TP ranks)
+  std::string expert_placement;  // --expert-placement: a measured expert load (JSON file)
+  int expert_replicas = 0;       // --expert-replicas: spare expert slots per rank and layer
   bool distributed() const { return tensor_parallel * pipeline_parallel > 1; }
   // The SnapKV budget the options ask for (0: off).
   int snapkv_budget() const { return kv_evict == "snapkv" ? kv_evict_budget : 0; }

@@ -1005,10 +1005,12 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   }
   // The chosen experts, ascending, and how many tokens chose each.
   w.step_experts.clear();
+  w.step_slots.clear();
   for (int e = 0; e < moe.num_experts; ++e) {
     const int count = w.expert_offsets[e + 1] - w.expert_offsets[e];
     if (count == 0) continue;
     w.step_experts.push_back(e);
+    w.step_slots.push_back({e, w.expert_offsets[e], w.expert_offsets[e + 1]});
     expert_load_.add(experts.model_layer, e, static_cast<uint64_t>(count));
   }
   // --experts-mem: the file starts reading this layer's missing experts and the next layer's
@@ -1045,24 +1047,9 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
     cache->acquire(experts.cache_layer, w.step_experts, w.resident_experts, pool);
   }
   if (shard_.tp_size > 1) {
-    // Expert parallelism: this rank's experts on their tokens, then every rank's pairs' rows
-    // (each rank's experts are consecutive ids, so their pairs are one block of slots).
-    w.own_experts.clear();
-    for (const int e : w.step_experts) {
-      if (shard_.owns_expert(e)) w.own_experts.push_back(e);
-    }
-    run_chosen_experts(experts, w.own_experts, num_tokens, pool);
-    std::vector<int> counts(shard_.tp_size), offsets(shard_.tp_size);
-    for (int r = 0; r < shard_.tp_size; ++r) {
-      const int first = w.expert_offsets[shard_.experts.first(r)];
-      const int end = w.expert_offsets[shard_.experts.first(r) + shard_.experts.count(r)];
-      counts[r] = static_cast<int>((end - first) * hidden);
-      offsets[r] = static_cast<int>(first * hidden);
-    }
-    shard_.tensor_group->all_gather(w.expert_output.data() + offsets[shard_.tp_rank], counts,
-                                    offsets, w.expert_output.data());
+    run_experts_over_ranks(experts, num_tokens, pool);
   } else {
-    run_chosen_experts(experts, w.step_experts, num_tokens, pool);
+    run_chosen_experts(experts, w.step_slots, num_tokens, pool);
   }
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
@@ -1076,8 +1063,56 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   }
 }
 
-void DecoderModel::run_chosen_experts(const ExpertWeights& experts, std::span<const int> chosen,
-                                      int num_tokens, ThreadPool& pool) {
+void DecoderModel::run_experts_over_ranks(const ExpertWeights& experts, int num_tokens,
+                                          ThreadPool& pool) {
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
+  const int layer = experts.model_layer;
+  // Each step expert's pairs in as many consecutive chunks as it has owners, the i-th chunk to
+  // the i-th owner; every rank works out every rank's share the same way.
+  w.rank_slots.clear();
+  for (const ExpertSlots& slots : w.step_slots) {
+    const std::vector<int> owners = shard_.expert_owners(layer, slots.expert);
+    const int count = slots.end - slots.first;
+    const int parts = static_cast<int>(owners.size());
+    for (int i = 0; i < parts; ++i) {
+      const int first = slots.first + count * i / parts;
+      const int end = slots.first + count * (i + 1) / parts;
+      if (end > first) w.rank_slots.push_back({owners[i], {slots.expert, first, end}});
+    }
+  }
+  std::stable_sort(w.rank_slots.begin(), w.rank_slots.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  w.own_slots.clear();
+  std::vector<int> counts(shard_.tp_size, 0), offsets(shard_.tp_size, 0);
+  for (const auto& [rank, slots] : w.rank_slots) {
+    if (rank == shard_.tp_rank) w.own_slots.push_back(slots);
+    counts[rank] += static_cast<int>((slots.end - slots.first) * hidden);
+  }
+  for (int r = 1; r < shard_.tp_size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  run_chosen_experts(experts, w.own_slots, num_tokens, pool);
+  // This rank's rows in its order, every rank's gathered, then each row back to its slot. Where
+  // a pair was computed does not change its bits.
+  w.expert_exchange.resize(static_cast<size_t>(offsets.back() + counts.back()));
+  float* mine = w.expert_exchange.data() + offsets[shard_.tp_rank];
+  for (const ExpertSlots& slots : w.own_slots) {
+    const size_t floats = static_cast<size_t>(slots.end - slots.first) * hidden;
+    std::copy_n(w.expert_output.data() + slots.first * hidden, floats, mine);
+    mine += floats;
+  }
+  shard_.tensor_group->all_gather(w.expert_exchange.data() + offsets[shard_.tp_rank], counts,
+                                  offsets, w.expert_exchange.data());
+  const float* row = w.expert_exchange.data();
+  for (const auto& [rank, slots] : w.rank_slots) {
+    const size_t floats = static_cast<size_t>(slots.end - slots.first) * hidden;
+    std::copy_n(row, floats, w.expert_output.data() + slots.first * hidden);
+    row += floats;
+  }
+}
+
+void DecoderModel::run_chosen_experts(const ExpertWeights& experts,
+                                      std::span<const ExpertSlots> chosen, int num_tokens,
+                                      ThreadPool& pool) {
   Workspace& w = workspace_;
   const MixtureOfExpertsConfig& moe = config_.moe;
   const int64_t hidden = config_.hidden_size;
@@ -1108,21 +1143,20 @@ void DecoderModel::run_chosen_experts(const ExpertWeights& experts, std::span<co
   };
   auto matrices = [&](size_t i) -> ExpertCache::Resident {
     if (experts.cache_layer >= 0) return w.resident_experts[i];
-    const int e = chosen[i];
+    const int e = chosen[i].expert;
     return {&experts.gate[e], &experts.up[e], &experts.down[e]};
   };
   // Gate and up of every chosen expert in one pass of the pool, SwiGLU as its epilogue over
   // all pairs' rows.
   for (size_t i = 0; i < count; ++i) {
-    const int e = chosen[i];
-    const int first = w.expert_offsets[e];
+    const int first = chosen[i].first;
     const ExpertCache::Resident m = matrices(i);
     kernels::MatmulProduct* gate_up = &w.expert_products[2 * i];
     gate_up[0] = {m.gate, w.gate.data() + first * ffn};
     gate_up[1] = {m.up, w.up.data() + first * ffn};
     w.expert_gate_up_inputs[i].prepare(level, std::span<const kernels::MatmulProduct>(gate_up, 2),
                                        w.expert_input.data() + first * hidden,
-                                       w.expert_offsets[e + 1] - first);
+                                       chosen[i].end - first);
     w.expert_product_inputs[2 * i] = w.expert_product_inputs[2 * i + 1] =
         &w.expert_gate_up_inputs[i];
   }
@@ -1132,12 +1166,11 @@ void DecoderModel::run_chosen_experts(const ExpertWeights& experts, std::span<co
   kernels::matmul_each(w.expert_products, w.expert_product_inputs, pool, &epilogue);
   // Then every chosen expert's down product of its SwiGLU rows, in one pass.
   for (size_t i = 0; i < count; ++i) {
-    const int e = chosen[i];
-    const int first = w.expert_offsets[e];
+    const int first = chosen[i].first;
     kernels::MatmulProduct& down = w.expert_products[i];
     down = {matrices(i).down, w.expert_output.data() + first * hidden};
     w.expert_down_inputs[i].prepare(level, std::span<const kernels::MatmulProduct>(&down, 1),
-                                    w.gate.data() + first * ffn, w.expert_offsets[e + 1] - first);
+                                    w.gate.data() + first * ffn, chosen[i].end - first);
     w.expert_product_inputs[i] = &w.expert_down_inputs[i];
   }
   quantize(w.expert_down_inputs);

@@ -138,6 +138,12 @@ class DecoderModel {
   DecoderModel(ModelConfig config, DecoderWeights weights, ModelShard shard);
 
   // Activations for a batch of tokens, reused across calls (64-byte aligned for the kernels).
+  // Slots [first, end) of workspace_.expert_tokens, all of them one expert's pairs.
+  struct ExpertSlots {
+    int expert = 0;
+    int first = 0;
+    int end = 0;
+  };
   struct Workspace {
     AlignedVector<float> residual;  // f32 [tokens, hidden]
     AlignedVector<float> normed;    // f32 [tokens, hidden]
@@ -188,7 +194,12 @@ class DecoderModel {
     // --experts-mem: the step's chosen experts (ascending) and their resident matrices, and the
     // next layer's likely choice (its router on this layer's input) to read ahead.
     std::vector<int> step_experts;
-    std::vector<int> own_experts;  // expert parallelism: those of step_experts on this rank
+    std::vector<ExpertSlots> step_slots;  // step_experts with all their slots
+    // Expert parallelism: every rank's share of the pairs (by rank, then expert), this rank's,
+    // and the rows in the ranks' order as exchanged (f32 [pairs, hidden]).
+    std::vector<std::pair<int, ExpertSlots>> rank_slots;
+    std::vector<ExpertSlots> own_slots;
+    AlignedVector<float> expert_exchange;
     std::vector<ExpertCache::Resident> resident_experts;
     AlignedVector<float> next_router_logits;  // f32 [tokens, experts]
     std::vector<int> next_chosen;             // [experts_per_token]
@@ -263,12 +274,14 @@ class DecoderModel {
                               bool add_projected, StoreTokens store, Attend attend,
                               ThreadPool& pool);
   void expert_feed_forward_block(const LayerWeights& layer, int num_tokens, ThreadPool& pool);
-  // The `chosen` experts (ascending; workspace_.step_experts or an expert-parallel rank's own of
-  // them) on their tokens: gate and up of all of them in one pass of the pool (SwiGLU as its
+  // The `chosen` experts on their slots (ascending; workspace_.step_slots or an expert-parallel
+  // rank's share of them): gate and up of all of them in one pass of the pool (SwiGLU as its
   // epilogue), then all downs in another, into their rows of workspace_.expert_output (f32
   // [pairs, hidden], expert_tokens' order).
-  void run_chosen_experts(const ExpertWeights& experts, std::span<const int> chosen,
+  void run_chosen_experts(const ExpertWeights& experts, std::span<const ExpertSlots> chosen,
                           int num_tokens, ThreadPool& pool);
+  // Expert parallelism: this rank's share of the step's pairs, then every rank's rows.
+  void run_experts_over_ranks(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after
   // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
   void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);

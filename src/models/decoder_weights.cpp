@@ -583,7 +583,7 @@ Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
 
 // A layer's router and experts (`prefix`: "blk.N."): of the routed ones only `shard`'s.
 Status load_experts(TensorLoader& load, const ModelConfig& config, const ModelShard& shard,
-                    const std::string& prefix, ExpertWeights& experts) {
+                    int layer, const std::string& prefix, ExpertWeights& experts) {
   const MixtureOfExpertsConfig& moe = config.moe;
   const int64_t hidden = config.hidden_size;
   TACHYON_ASSIGN_OR_RETURN(experts.router,
@@ -593,7 +593,9 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const ModelSh
                              load.vector(prefix + "exp_probs_b.bias", moe.num_experts));
   }
   const bool in_file = load.experts_in_file();
-  const std::function<bool(int)> own = [&shard](int e) { return shard.owns_expert(e); };
+  const std::function<bool(int)> own = [&shard, layer](int e) {
+    return shard.owns_expert(layer, e);
+  };
   TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
                                                        moe.num_experts, moe.expert_ffn_size,
                                                        hidden, in_file, own));
@@ -674,7 +676,7 @@ Status load_layer(TensorLoader& load, const ModelConfig& config, const ModelShar
   if (config.moe.layer_has_experts(i)) {
     layer.has_experts = true;
     layer.experts.model_layer = i;
-    TACHYON_RETURN_IF_ERROR(load_experts(load, config, shard, prefix, layer.experts));
+    TACHYON_RETURN_IF_ERROR(load_experts(load, config, shard, i, prefix, layer.experts));
   } else {
     const int64_t ffn_first = shard.ffn_rows.first(shard.tp_rank);
     const int64_t ffn_rows = shard.ffn_rows.count(shard.tp_rank);

@@ -148,6 +148,14 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
   return shard;
 }
 
+std::vector<int> ModelShard::expert_owners(int layer, int e) const {
+  if (expert_placement) return expert_placement->owners(layer, e);
+  for (int r = 0; r < tp_size; ++r) {
+    if (e >= experts.first(r) && e < experts.first(r) + experts.count(r)) return {r};
+  }
+  return {};
+}
+
 std::string ModelShard::describe(const ModelConfig& config) const {
   std::string text = fmt::format("stage {} of {} (layers {}-{})", pp_stage, pp_size, first_layer,
                                  end_layer - 1);
@@ -163,7 +171,10 @@ std::string ModelShard::describe(const ModelConfig& config) const {
                         ffn_rows.first(tp_rank), ffn_rows.first(tp_rank) + ffn_rows.count(tp_rank) - 1,
                         vocab_rows.first(tp_rank),
                         vocab_rows.first(tp_rank) + vocab_rows.count(tp_rank) - 1);
-    if (config.moe.enabled()) {
+    if (config.moe.enabled() && expert_placement) {
+      text += fmt::format(", routed experts placed by measured load ({} extra copies)",
+                          expert_placement->replicas());
+    } else if (config.moe.enabled()) {
       text += fmt::format(", routed experts {}-{}", experts.first(tp_rank),
                           experts.first(tp_rank) + experts.count(tp_rank) - 1);
     }

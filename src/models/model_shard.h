@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "dist/communicator.h"
+#include "models/expert_placement.h"
 #include "models/model_config.h"
 
 namespace tachyon {
@@ -49,8 +51,10 @@ struct ModelShard {
   RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size)
   RowSplit vocab_rows;   // of the embedding's and the output's rows
   // Expert parallelism: each TP rank holds whole routed experts of every MoE layer, these of
-  // config.moe.num_experts (the router and shared experts are on every rank).
+  // config.moe.num_experts (the router and shared experts are on every rank), or, when set,
+  // those `expert_placement` gives it (placed by measured load, hot ones on several ranks).
   RowSplit experts;
+  std::shared_ptr<const ExpertPlacement> expert_placement;
   // Every rank of the job (the leader's calls, stage to stage), and this stage's TP ranks.
   // Null in one process.
   dist::Communicator* world = nullptr;
@@ -80,10 +84,13 @@ struct ModelShard {
   int local_heads() const { return static_cast<int>(heads.count(tp_rank)); }
   int first_head() const { return static_cast<int>(heads.first(tp_rank)); }
   bool owns_head(int h) const { return h >= first_head() && h < first_head() + local_heads(); }
-  // Whether routed expert `e` lives on this rank.
-  bool owns_expert(int e) const {
+  // Whether routed expert `e` of model layer `layer` lives on this rank.
+  bool owns_expert(int layer, int e) const {
+    if (expert_placement) return expert_placement->owns(layer, e, tp_rank);
     return e >= experts.first(tp_rank) && e < experts.first(tp_rank) + experts.count(tp_rank);
   }
+  // The TP ranks computing expert `e` of `layer`, ascending (ExpertPlacement::owners).
+  std::vector<int> expert_owners(int layer, int e) const;
   // "stage 0 of 2 (layers 0-14), TP rank 1 of 2: KV heads 2-2, ..." for logs.
   std::string describe(const ModelConfig& config) const;
 };

@@ -138,7 +138,7 @@ TEST(ModelShardTest, ExpertsSplitWholeOverTheTensorParallelRanks) {
   for (int rank = 0; rank < 2; ++rank) {
     Result<ModelShard> shard = ModelShard::plan(config, 2, 1, rank);
     ASSERT_TRUE(shard.ok()) << shard.status().message();
-    for (int e = 0; e < 9; ++e) owned += shard->owns_expert(e);
+    for (int e = 0; e < 9; ++e) owned += shard->owns_expert(1, e);
   }
   EXPECT_EQ(owned, 9);  // each expert on exactly one rank
 }

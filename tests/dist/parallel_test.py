@@ -51,13 +51,14 @@ def run(argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def perplexity(tachyon: str, model: str | None, text: str, layout: tuple[int, int] | None,
-               extra_mpi: list[str] | tuple = (), tokens: int = 1024) -> tuple[float, str]:
+               extra_mpi: list[str] | tuple = (), tokens: int = 1024,
+               extra: list[str] | tuple = ()) -> tuple[float, str]:
     """(perplexity, stderr) of `tachyon perplexity` on `model` (None: the default one, windows
     of 256 tokens; the tiny models' context is 128: windows of 64) with --tp/--pp `layout`, or
-    in one process."""
+    in one process; `extra`: more of its arguments."""
     window = "64" if model else "256"
     argv = [tachyon, "perplexity", *(["-m", model] if model else []), "-f", text, "--ctx", window,
-            "--max-tokens", str(tokens), "-t", "1", "--json"]
+            "--max-tokens", str(tokens), "-t", "1", "--json", *extra]
     if layout:
         tp, pp = layout
         argv = mpirun(tp * pp, argv + ["--tp", str(tp), "--pp", str(pp)], extra_mpi)
@@ -97,6 +98,48 @@ def check_perplexity(tachyon: str, name: str, model: str | None, text: str,
         if weights:
             info(f"{name} --tp {tp} --pp {pp}: MiB of weights per rank {weights}")
             rank_weights[(name, tp, pp)] = weights
+
+
+def check_expert_placement(tachyon: str, tiny: Path, text: str) -> None:
+    """--expert-placement with the load `tachyon bench --json` measured: experts placed by it,
+    the hottest copied to another rank with --expert-replicas (their tokens split between the
+    copies), the same perplexity to the last digit; clear errors for what cannot work."""
+    for name, (tp, pp) in (("qwen3_moe_tiny", (2, 1)), ("deepseek_v3_groups", (2, 2))):
+        model = str(tiny / f"{name}.f32.gguf")
+        bench = run([tachyon, "bench", "-m", model, "-p", "48", "-n", "16", "-r", "1", "-t", "1",
+                     "--json"])
+        if not check(f"{name}: bench --json measured the expert load", bench.returncode == 0 and
+                     '"experts"' in bench.stdout, bench.stderr[-800:]):
+            continue
+        load_file = Path(tempfile.mkdtemp()) / "experts.json"
+        load_file.write_text(bench.stdout)
+        alone, _ = perplexity(tachyon, model, text, None)
+        placed = ["--expert-placement", str(load_file), "--expert-replicas", "1"]
+        value, stderr = perplexity(tachyon, model, text, (tp, pp), extra=placed)
+        check(f"{name} --tp {tp} --pp {pp} --expert-placement (bench's load) --expert-replicas 1: "
+              f"the same perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
+        summary = re.search(r"routed experts placed by measured load in (\d+) layers, (\d+) extra "
+                            r"copies: the most loaded rank at ([0-9.]+)x the mean \(consecutive "
+                            r"ids: ([0-9.]+)x\)", stderr)
+        info(f"{name}: {summary.group(0) if summary else stderr[-800:]}")
+        check(f"{name}: the placement copied experts and balances the ranks at least as well as "
+              f"consecutive ids", summary is not None and int(summary.group(2)) > 0 and
+              float(summary.group(3)) <= float(summary.group(4)), stderr[-800:])
+    model = str(tiny / "qwen3_moe_tiny.f32.gguf")
+    bad = Path(tempfile.mkdtemp()) / "bad.json"
+    bad.write_text('{"layers": [{"layer": 1, "counts": [1, 2]}]}')
+    for what, argv, says in (
+            ("a load of another model", mpirun(2, [tachyon, "generate", "-m", model, "-p", "hi",
+                                                   "-n", "2", "--tp", "2", "--expert-placement",
+                                                   str(bad)]), "routed experts"),
+            ("replicas without a load", mpirun(2, [tachyon, "generate", "-m", model, "-p", "hi",
+                                                   "-n", "2", "--tp", "2", "--expert-replicas",
+                                                   "1"]), "needs their measured load"),
+            ("a placement in one process", [tachyon, "generate", "-m", model, "-p", "hi", "-n",
+                                            "2", "--expert-placement", str(bad)], "--tp")):
+        done = run(argv, timeout=120)
+        check(f"--expert-placement, {what}: a clear error, the job ends",
+              done.returncode != 0 and says in done.stderr, done.stderr[-800:])
 
 
 def check_memory() -> None:
@@ -352,6 +395,7 @@ def main() -> int:
                 str(tiny / f"{name}.f32.gguf"), text.name, cases)
     section("default model", check_perplexity, args.tachyon, "default model", None, text.name,
             layouts)
+    section("expert placement", check_expert_placement, args.tachyon, tiny, text.name)
     section("memory", check_memory)
     section("tcp", lambda: check("TCP transport (--mca btl tcp,self): the same perplexity",
                                  perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
