@@ -789,18 +789,24 @@ void DecoderModel::attention_block(const LayerWeights& layer, int layer_index, i
 
   attend(layer_index);
 
-  if (shard_.tp_size > 1) {
-    // Every rank's heads, then this rank's rows of the output projection, then all rows.
-    gather_columns(w.attention.data(), num_tokens, query_rows_, w.gathered.data());
-    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.partial.data()}};
-    multiply(output, w.gathered.data(), num_tokens, pool);
-    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
-  } else {
-    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
-    multiply(output, w.attention.data(), num_tokens, pool);
-  }
+  project_to_hidden(layer.attention_output, w.attention.data(), query_rows_, num_tokens, pool);
   if (layer.post_attention_norm != nullptr) {
     normalize_projected(layer.post_attention_norm, num_tokens, pool);
+  }
+}
+
+void DecoderModel::project_to_hidden(const kernels::WeightMatrix& weight, const float* local,
+                                     const RowSplit& split, int num_tokens, ThreadPool& pool) {
+  Workspace& w = workspace_;
+  if (shard_.tp_size > 1) {
+    // Every rank's columns of the input, then this rank's rows of the product, then all rows.
+    gather_columns(local, num_tokens, split, w.gathered.data());
+    const kernels::MatmulProduct product[] = {{&weight, w.partial.data()}};
+    multiply(product, w.gathered.data(), num_tokens, pool);
+    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
+  } else {
+    const kernels::MatmulProduct product[] = {{&weight, w.projected.data()}};
+    multiply(product, local, num_tokens, pool);
   }
 }
 
@@ -857,16 +863,7 @@ void DecoderModel::feed_forward_block(const LayerWeights& layer, int num_tokens,
     const kernels::RowEpilogue epilogue(rows);
     multiply_normed(gate_up, num_tokens, pool, &epilogue);
   }
-  if (shard_.tp_size > 1) {
-    // Every rank's activations, then this rank's rows of the down projection, then all rows.
-    gather_columns(w.gate.data(), num_tokens, shard_.ffn_rows, w.gathered.data());
-    const kernels::MatmulProduct down[] = {{&layer.down, w.partial.data()}};
-    multiply(down, w.gathered.data(), num_tokens, pool);
-    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
-  } else {
-    const kernels::MatmulProduct down[] = {{&layer.down, w.projected.data()}};
-    multiply(down, w.gate.data(), num_tokens, pool);
-  }
+  project_to_hidden(layer.down, w.gate.data(), shard_.ffn_rows, num_tokens, pool);
   if (layer.post_ffn_norm != nullptr) normalize_projected(layer.post_ffn_norm, num_tokens, pool);
 }
 
@@ -953,16 +950,8 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
                   absorbed_stride, num_tokens, w.head_values.data() + h * mla.v_head_dim,
                   values_stride, pool);
   }
-  if (shard_.tp_size > 1) {
-    // Every rank's head values, then this rank's rows of the output projection, then all rows.
-    gather_columns(w.head_values.data(), num_tokens, head_value_rows_, w.gathered.data());
-    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.partial.data()}};
-    multiply(output, w.gathered.data(), num_tokens, pool);
-    gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
-  } else {
-    const kernels::MatmulProduct output[] = {{&layer.attention_output, w.projected.data()}};
-    multiply(output, w.head_values.data(), num_tokens, pool);
-  }
+  project_to_hidden(layer.attention_output, w.head_values.data(), head_value_rows_, num_tokens,
+                    pool);
 }
 
 void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_tokens,

@@ -280,6 +280,11 @@ class DecoderModel {
   // [pairs, hidden], expert_tokens' order).
   void run_chosen_experts(const ExpertWeights& experts, std::span<const ExpertSlots> chosen,
                           int num_tokens, ThreadPool& pool);
+  // workspace_.projected (f32 [tokens, hidden]) = weight · input, where `local` holds this TP
+  // rank's columns of the input (`split` by rank; the whole input in one process) and `weight`
+  // this rank's hidden rows: the output projection of attention and the FFN's down.
+  void project_to_hidden(const kernels::WeightMatrix& weight, const float* local,
+                         const RowSplit& split, int num_tokens, ThreadPool& pool);
   // Expert parallelism: this rank's share of the step's pairs, then every rank's rows.
   void run_experts_over_ranks(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after

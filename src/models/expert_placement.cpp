@@ -7,6 +7,11 @@
 #include <fmt/format.h>
 
 namespace tachyon {
+namespace {
+
+constexpr int64_t kMaxLayers = 1 << 16;  // a layer index past this is no model's
+
+}  // namespace
 
 ExpertPlacement ExpertPlacement::contiguous(int num_experts, int ranks) {
   ExpertPlacement placement;
@@ -37,7 +42,7 @@ Result<ExpertPlacement> ExpertPlacement::balanced(const std::vector<ExpertLoad::
                                           "model has {}",
                                           layer.layer, layer.counts.size(), num_experts));
     }
-    if (layer.layer < 0) {
+    if (layer.layer < 0 || layer.layer >= kMaxLayers) {
       return invalid_argument(fmt::format("layer {} in the measured load", layer.layer));
     }
     if (layer.total() == 0) continue;
@@ -176,6 +181,9 @@ Result<std::vector<ExpertLoad::Layer>> parse_expert_load(const std::string& json
     const boost::json::value* counts = object != nullptr ? object->if_contains("counts") : nullptr;
     if (layer == nullptr || !layer->is_int64() || counts == nullptr || !counts->is_array()) {
       return invalid_argument("each layer needs an integer \"layer\" and a \"counts\" array");
+    }
+    if (layer->get_int64() < 0 || layer->get_int64() >= kMaxLayers) {
+      return invalid_argument(fmt::format("layer {} is out of range", layer->get_int64()));
     }
     ExpertLoad::Layer parsed;
     parsed.layer = static_cast<int>(layer->get_int64());
