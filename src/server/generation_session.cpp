@@ -27,8 +27,11 @@ constexpr size_t kReadChunkBytes = 4096;
 struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
   explicit Waker(asio::any_io_executor strand) : strand(std::move(strand)) {}
 
-  // On the strand.
+  // On the strand. A wake while the session is not waiting (it is writing) is remembered, so
+  // its next wait returns at once: an output pushed during a write is never left until the
+  // next ping (the last one of an abandoned stream has no later push to wake it).
   void wake() {
+    woken = true;
     if (timer != nullptr) timer->cancel();
   }
   // From the engine thread: cheap and non-blocking, as RequestStream asks.
@@ -49,6 +52,7 @@ struct GenerationSession::Waker : std::enable_shared_from_this<Waker> {
 
   asio::any_io_executor strand;
   asio::steady_timer* timer = nullptr;
+  bool woken = false;  // on the strand: a wake since the session last waited
   std::mutex mutex;
   bool closed = false;
 };
@@ -396,9 +400,12 @@ asio::awaitable<bool> GenerationSession::end_stream() {
 }
 
 asio::awaitable<void> GenerationSession::wait(Clock::time_point until) {
-  timer_.expires_at(until);
-  auto [error] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-  (void)error;  // cancelled = woken up
+  if (!waker_->woken) {
+    timer_.expires_at(until);
+    auto [error] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    (void)error;  // cancelled = woken up
+  }
+  waker_->woken = false;
 }
 
 void GenerationSession::start_watching() {
