@@ -1061,7 +1061,7 @@ void DecoderModel::run_experts_over_ranks(const ExpertWeights& experts, int num_
   // the i-th owner; every rank works out every rank's share the same way.
   w.rank_slots.clear();
   for (const ExpertSlots& slots : w.step_slots) {
-    const std::vector<int> owners = shard_.expert_owners(layer, slots.expert);
+    const std::vector<int>& owners = shard_.expert_placement->owners(layer, slots.expert);
     const int count = slots.end - slots.first;
     const int parts = static_cast<int>(owners.size());
     for (int i = 0; i < parts; ++i) {
@@ -1080,8 +1080,21 @@ void DecoderModel::run_experts_over_ranks(const ExpertWeights& experts, int num_
   }
   for (int r = 1; r < shard_.tp_size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   run_chosen_experts(experts, w.own_slots, num_tokens, pool);
-  // This rank's rows in its order, every rank's gathered, then each row back to its slot. Where
-  // a pair was computed does not change its bits.
+  // When the ranks' shares are consecutive slots in rank order (consecutive ids, no copies),
+  // the rows are gathered where they belong.
+  bool in_slot_order = true;
+  int next_slot = 0;
+  for (const auto& [rank, slots] : w.rank_slots) {
+    in_slot_order = in_slot_order && slots.first == next_slot;
+    next_slot = slots.end;
+  }
+  if (in_slot_order) {
+    shard_.tensor_group->all_gather(w.expert_output.data() + offsets[shard_.tp_rank], counts,
+                                    offsets, w.expert_output.data());
+    return;
+  }
+  // Else this rank's rows in its order, every rank's gathered, then each row back to its slot.
+  // Where a pair was computed does not change its bits.
   w.expert_exchange.resize(static_cast<size_t>(offsets.back() + counts.back()));
   float* mine = w.expert_exchange.data() + offsets[shard_.tp_rank];
   for (const ExpertSlots& slots : w.own_slots) {

@@ -34,6 +34,8 @@ class ExpertPlacement {
   const std::vector<int>& owners(int layer, int expert) const;
   bool owns(int layer, int expert, int rank) const;
   int num_ranks() const { return ranks_; }
+  // Whether any layer is placed by a measured load (else: consecutive ids everywhere).
+  bool measured() const { return !layers_.empty(); }
   // Copies beyond one per expert, over all layers.
   int replicas() const;
   // A layer's most loaded rank's expected share over the mean share (1: even), by `load`.

@@ -62,6 +62,10 @@ ModelShard ModelShard::whole(const ModelConfig& config) {
   shard.ffn_rows = RowSplit::even(config.ffn_size, 1, 1);
   shard.vocab_rows = RowSplit::even(config.vocab_size, 1, 1);
   shard.experts = RowSplit::even(std::max(config.moe.num_experts, 0), 1, 1);
+  if (config.moe.enabled()) {
+    shard.expert_placement = std::make_shared<const ExpertPlacement>(
+        ExpertPlacement::contiguous(config.moe.num_experts, 1));
+  }
   return shard;
 }
 
@@ -145,15 +149,11 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
   shard.ffn_rows = RowSplit::even(config.ffn_size, tp_size, kRowUnit);
   shard.vocab_rows = RowSplit::even(config.vocab_size, tp_size, kRowUnit);
   shard.experts = RowSplit::even(std::max(config.moe.num_experts, 0), tp_size, 1);
-  return shard;
-}
-
-std::vector<int> ModelShard::expert_owners(int layer, int e) const {
-  if (expert_placement) return expert_placement->owners(layer, e);
-  for (int r = 0; r < tp_size; ++r) {
-    if (e >= experts.first(r) && e < experts.first(r) + experts.count(r)) return {r};
+  if (config.moe.enabled()) {
+    shard.expert_placement = std::make_shared<const ExpertPlacement>(
+        ExpertPlacement::contiguous(config.moe.num_experts, tp_size));
   }
-  return {};
+  return shard;
 }
 
 std::string ModelShard::describe(const ModelConfig& config) const {
@@ -171,7 +171,7 @@ std::string ModelShard::describe(const ModelConfig& config) const {
                         ffn_rows.first(tp_rank), ffn_rows.first(tp_rank) + ffn_rows.count(tp_rank) - 1,
                         vocab_rows.first(tp_rank),
                         vocab_rows.first(tp_rank) + vocab_rows.count(tp_rank) - 1);
-    if (config.moe.enabled() && expert_placement) {
+    if (config.moe.enabled() && expert_placement && expert_placement->measured()) {
       text += fmt::format(", routed experts placed by measured load ({} extra copies)",
                           expert_placement->replicas());
     } else if (config.moe.enabled()) {

@@ -50,9 +50,10 @@ struct ModelShard {
   RowSplit hidden_rows;  // of the attention output's and the FFN down's hidden_size rows
   RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size)
   RowSplit vocab_rows;   // of the embedding's and the output's rows
-  // Expert parallelism: each TP rank holds whole routed experts of every MoE layer, these of
-  // config.moe.num_experts (the router and shared experts are on every rank), or, when set,
-  // those `expert_placement` gives it (placed by measured load, hot ones on several ranks).
+  // Expert parallelism: each TP rank holds whole routed experts of every MoE layer (the router
+  // and shared experts are on every rank): `expert_placement` says which (MoE models only; by
+  // default `experts`, consecutive ids of config.moe.num_experts; or placed by a measured load,
+  // hot ones on several ranks).
   RowSplit experts;
   std::shared_ptr<const ExpertPlacement> expert_placement;
   // Every rank of the job (the leader's calls, stage to stage), and this stage's TP ranks.
@@ -86,11 +87,8 @@ struct ModelShard {
   bool owns_head(int h) const { return h >= first_head() && h < first_head() + local_heads(); }
   // Whether routed expert `e` of model layer `layer` lives on this rank.
   bool owns_expert(int layer, int e) const {
-    if (expert_placement) return expert_placement->owns(layer, e, tp_rank);
-    return e >= experts.first(tp_rank) && e < experts.first(tp_rank) + experts.count(tp_rank);
+    return expert_placement != nullptr && expert_placement->owns(layer, e, tp_rank);
   }
-  // The TP ranks computing expert `e` of `layer`, ascending (ExpertPlacement::owners).
-  std::vector<int> expert_owners(int layer, int e) const;
   // "stage 0 of 2 (layers 0-14), TP rank 1 of 2: KV heads 2-2, ..." for logs.
   std::string describe(const ModelConfig& config) const;
 };
