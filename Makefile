@@ -55,11 +55,11 @@ build-fuzz/.configured:
 
 fuzz: setup build-fuzz/.configured
 	@cmake --build build-fuzz -j $(JOBS)
-	@scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+	@scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(JOBS)
 
 fuzz-smoke: build-fuzz/.configured
 	@cmake --build build-fuzz -j $(JOBS)
-	@scripts/run_fuzzers.sh build-fuzz 20
+	@scripts/run_fuzzers.sh build-fuzz 20 $(JOBS)
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i

@@ -3,26 +3,30 @@
 failure and the rest still run (and prints how long it took), `exit_status` prints the counts and returns 1 when anything
 failed, else 0."""
 import sys
+import threading
 import time
 import traceback
 
 results = {"passed": 0, "failed": 0}
+_lock = threading.Lock()  # a test may run sections on several threads
 
 
 def check(what: str, condition, detail: object = "") -> bool:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
-    sys.stdout.flush()
+    with _lock:
+        if condition:
+            results["passed"] += 1
+            print(f"ok    {what}")
+        else:
+            results["failed"] += 1
+            print(f"FAIL  {what}: {detail}")
+        sys.stdout.flush()
     return bool(condition)
 
 
 def info(what: str) -> None:
-    print(f"info  {what}")
-    sys.stdout.flush()
+    with _lock:
+        print(f"info  {what}")
+        sys.stdout.flush()
 
 
 def section(name: str, function, *args) -> None:

@@ -54,9 +54,11 @@ A_PROMPT_TOKENS = 300
 A_MAX_TOKENS = 64
 LOAD_RATIO = 10.0  # A's load ≥ this × B's (issue 5)
 # B's mean rate is set this much lower than LOAD_RATIO alone would allow: A's rate measured
-# before B starts overstates it while B runs (B's requests share the engine, and ctest runs
-# other tests beside this one): once 1391 tokens/s before, 927 while B ran, so 1.5 gave 9.8x.
-B_RATE_MARGIN = 2.0
+# before B starts overstates it while B runs (B's requests share the engine). Once, when ctest
+# still ran other tests beside this one, 1391 tokens/s before, 927 while B ran (9.8x at 1.5);
+# run alone (RUN_SERIAL), 2.0 gave 17.5x on a 2-core Zen 3, so 1.5 leaves ~30% to spare and
+# B's phase (≈ B_REQUESTS x the mean interval) takes a quarter less.
+B_RATE_MARGIN = 1.5
 # Issue 5's target, B's median TTFT under A's load ≤ 2× alone, is a wall-clock ratio that a
 # slower machine moves (its steps take longer while B alone waits for no step): it is measured
 # and printed (docs/benchmarks.md keeps it), and the test asserts it only with a generous guard.

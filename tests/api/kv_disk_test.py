@@ -199,8 +199,10 @@ def check_restart_and_damage(tachyon: str, work: Path) -> None:
     def swap(path: Path, index: int) -> None:
         shutil.copyfile(other_files[hashes[index]], path)
 
-    rounds = [("a flipped byte", 2, lambda p: flip(p), "checksum"),
-              ("a truncated file", 5, lambda p: truncate(p), "truncated"),
+    # Each round recomputes the prompt from its damaged block on, so the byte flip and the
+    # truncation hit blocks near the end (another model's file exists only for the first 12).
+    rounds = [("a flipped byte", full_blocks - 3, lambda p: flip(p), "checksum"),
+              ("a truncated file", full_blocks - 6, lambda p: truncate(p), "truncated"),
               ("another model's file", 9, lambda p: swap(p, 9), "another model")]
     for name, index, damage, reason in rounds:
         files = files_by_hash(directory)

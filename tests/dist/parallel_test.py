@@ -82,11 +82,11 @@ rank_weights: dict[tuple[str, int, int], dict[int, float]] = {}
 
 
 def check_perplexity(tachyon: str, name: str, model: str | None, text: str,
-                     layouts: list[tuple[int, int]]) -> None:
-    alone, _ = perplexity(tachyon, model, text, None)
+                     layouts: list[tuple[int, int]], tokens: int = 1024) -> None:
+    alone, _ = perplexity(tachyon, model, text, None, tokens=tokens)
     info(f"{name}: one process perplexity {alone!r}")
     for tp, pp in layouts:
-        value, stderr = perplexity(tachyon, model, text, (tp, pp))
+        value, stderr = perplexity(tachyon, model, text, (tp, pp), tokens=tokens)
         relative = abs(value - alone) / alone
         check(f"{name} --tp {tp} --pp {pp}: perplexity within 1e-4 of one process "
               f"({value!r} vs {alone!r})", relative <= 1e-4, relative)
@@ -393,8 +393,10 @@ def main() -> int:
     for name, cases in tiny_cases:
         section(name, check_perplexity, args.tachyon, f"tiny {name}",
                 str(tiny / f"{name}.f32.gguf"), text.name, cases)
+    # 512 tokens: two of the default model's 256-token windows per layout (at -t 1 on 4 ranks
+    # sharing 2 cores, every 512 tokens more cost ~1.4 s per layout).
     section("default model", check_perplexity, args.tachyon, "default model", None, text.name,
-            layouts)
+            layouts, 512)
     section("expert placement", check_expert_placement, args.tachyon, tiny, text.name)
     section("memory", check_memory)
     section("tcp", lambda: check("TCP transport (--mca btl tcp,self): the same perplexity",
