@@ -59,7 +59,7 @@ fuzz: setup build-fuzz/.configured
 
 fuzz-smoke: build-fuzz/.configured
 	@cmake --build build-fuzz -j $(JOBS)
-	@scripts/run_fuzzers.sh build-fuzz 20 $(JOBS)
+	@scripts/run_fuzzers.sh build-fuzz 15 $(JOBS)
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i
