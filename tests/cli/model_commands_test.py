@@ -20,18 +20,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tests/api"))
 import tiny_models  # noqa: E402
-
-results = {"passed": 0, "failed": 0}
-
-
-def check(what: str, condition: bool, detail: str = "") -> None:
-    if condition:
-        results["passed"] += 1
-        print(f"ok    {what}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL  {what}: {detail}")
+from checks import check, exit_status  # noqa: E402
 
 
 def run(tachyon: str, *argv: str, stdin: str | None = None, timeout: int = 300):
@@ -267,8 +258,7 @@ def main() -> int:
                      "tachyon: error: cannot open /no/such.txt")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return exit_status()
 
 
 if __name__ == "__main__":
