@@ -31,7 +31,7 @@ serve: setup build
 
 # Every test but those labelled slow (the long runs against llama.cpp, the 20K-token streaming
 # perplexity), which `make test-reference` runs. On a 2-vCPU AVX2 machine (Zen 3) the rest took
-# 646-662 s of ctest in the last measurements (1,450 before the slowest were shortened), then
+# 612-662 s of ctest in the last four measurements (1,450 before the slowest were shortened), then
 # ~80 s of fuzz smoke (10 targets x 15 s, JOBS at once); the target is 600 in all (issue 21).
 test: setup build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE slow
