@@ -140,12 +140,14 @@ int first_visible_span(int window, int first_position, int span) {
   return std::max(0, first_position - window + 1) / span * span;
 }
 
-// True when attention reads `cache`'s blocks in place (f16 or q8 keys and values, each stored
-// apart, in a layout the active kernel takes for heads of `head_size`).
+// True when attention reads `cache`'s blocks in place (f16 keys and values stored apart, or q8
+// keys and values, values possibly the keys: MLA's latent; in a layout the active kernel takes
+// for heads of `head_size`).
 template <typename Cache>
 bool reads_in_place(const Cache& cache, int head_size) {
-  if (cache.values_are_keys()) return false;
-  if (cache.type() == DType::kF16) return kernels::attention_reads_f16(head_size);
+  if (cache.type() == DType::kF16 && !cache.values_are_keys()) {
+    return kernels::attention_reads_f16(head_size);
+  }
   if (cache.type() == DType::kQ8_0) return kernels::attention_reads_q8(head_size);
   return false;
 }
@@ -255,8 +257,10 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
         // The span is one key block (keys in rows of 4 dimensions, 4 bytes per position, and
         // their scales), its groups of positions following each other; values and their
         // scales as rows.
+        // (MLA's latent: values are the keys, read from them.)
+        const bool own_values = !cache.values_are_keys();
         const Q8Plane keys = cache.q8_keys(layer, kv_head);
-        const Q8Plane values = cache.q8_values(layer, kv_head);
+        const Q8Plane values = own_values ? cache.q8_values(layer, kv_head) : Q8Plane{};
         const int scales_per_row = head_size / kernels::kQ8Group;
         const int8_t* key_groups[kGroupsPerSpan];
         const uint16_t* key_scale_groups[kGroupsPerSpan];
@@ -268,12 +272,15 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                           g * kernels::kAttentionGroupPositions * 4;
           key_scale_groups[g] = keys.scales + static_cast<int64_t>(span_start) * scales_per_row +
                                 g * kernels::kAttentionGroupPositions;
-          value_groups[g] = values.data + first * head_size;
-          value_scale_groups[g] = values.scales + first * scales_per_row;
+          if (own_values) {
+            value_groups[g] = values.data + first * head_size;
+            value_scale_groups[g] = values.scales + first * scales_per_row;
+          }
         }
         state.update(queries + offset, q_stride, item_tokens, shape.scale, visible,
-                     {key_groups, key_scale_groups, KvCache::kKeyBlock, value_groups,
-                      value_scale_groups});
+                     {key_groups, key_scale_groups, KvCache::kKeyBlock,
+                      own_values ? value_groups : nullptr,
+                      own_values ? value_scale_groups : nullptr});
       } else if (head_data == nullptr) {
         // The span is one key block; its groups of positions follow each other.
         const uint16_t* keys =
@@ -597,18 +604,22 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
         const uint16_t* key_scale_groups[kMaxGroups];
         const int8_t* value_groups[kMaxGroups];
         const uint16_t* value_scale_groups[kMaxGroups];
+        const bool own_values = !cache.values_are_keys();  // else MLA's latent
         for (int b = 0; b * block_size < span_count; ++b) {
           const int block = table(sequence)[span_start / block_size + b];
           const Q8Plane keys = cache.q8_keys(layer, block, kv_head);
-          const Q8Plane values = cache.q8_values(layer, block, kv_head);
           key_groups[b] = keys.data;
           key_scale_groups[b] = keys.scales;
-          value_groups[b] = values.data;
-          value_scale_groups[b] = values.scales;
+          if (own_values) {
+            const Q8Plane values = cache.q8_values(layer, block, kv_head);
+            value_groups[b] = values.data;
+            value_scale_groups[b] = values.scales;
+          }
         }
         state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible,
-                     {key_groups, key_scale_groups, block_size, value_groups,
-                      value_scale_groups});
+                     {key_groups, key_scale_groups, block_size,
+                      own_values ? value_groups : nullptr,
+                      own_values ? value_scale_groups : nullptr});
         continue;
       }
       if (head_spans == nullptr && read_in_place) {

@@ -409,6 +409,104 @@ TEST_P(AttentionLevelTest, Q8InPlaceMatchesPortableBitForBit) {
   EXPECT_FALSE(kernels::attention_reads_q8_at_level(level, 48));  // not whole groups of 32
 }
 
+// A q8 span whose values are its keys (MLA's latent, stored once: null values) gives every row
+// the bits of the same span with the keys' int8s and scales copied into value rows, at the
+// portable level and this one: the latent is read in place, never widened.
+TEST_P(AttentionLevelTest, Q8ValuesAreKeysReadFromTheKeys) {
+  const kernels::KernelLevel level = GetParam();
+  if (!kernels::kernel_level_available(level)) {
+    GTEST_SKIP() << "this CPU lacks the level";
+  }
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  // MLA's shapes: every query head of a token on one latent of 576 (DeepSeek-V3, Kimi-K2) or a
+  // smaller one; decode (one token) and prompt runs; spans of whole and partial groups.
+  for (const LevelCase c : {LevelCase{1, 16, 576, 128}, LevelCase{1, 8, 576, 37},
+                            LevelCase{5, 16, 576, 100}, LevelCase{16, 3, 96, 128},
+                            LevelCase{2, 7, 64, 16}}) {
+    const int group_positions = kernels::kAttentionGroupPositions;
+    const int num_groups = (c.span + group_positions - 1) / group_positions;
+    const int scales_per_row = c.head_size / kernels::kQ8Group;
+    const int64_t key_stride = group_positions + 16;  // rows longer than a group, as in caches
+    const int64_t group_elements = static_cast<int64_t>(c.head_size) * key_stride;
+    const int64_t group_scales = static_cast<int64_t>(scales_per_row) * key_stride;
+    std::vector<int8_t> keys_q8(num_groups * group_elements, -128);
+    std::vector<uint16_t> key_scales(num_groups * group_scales, 0x7e00);  // f16 NaN past the span
+    std::vector<int8_t> values_q8(static_cast<size_t>(num_groups) * group_positions * c.head_size);
+    std::vector<uint16_t> value_scales(static_cast<size_t>(num_groups) * group_positions *
+                                       scales_per_row);
+    std::vector<const int8_t*> key_groups(num_groups), value_groups(num_groups);
+    std::vector<const uint16_t*> key_scale_groups(num_groups), value_scale_groups(num_groups);
+    std::vector<float> row(c.head_size);
+    std::vector<int8_t> q(c.head_size);
+    std::vector<uint16_t> scales(scales_per_row);
+    for (int g = 0; g < num_groups; ++g) {
+      const int reversed = num_groups - 1 - g;  // groups anywhere
+      key_groups[g] = keys_q8.data() + reversed * group_elements;
+      key_scale_groups[g] = key_scales.data() + reversed * group_scales;
+      value_groups[g] = values_q8.data() + static_cast<size_t>(g) * group_positions * c.head_size;
+      value_scale_groups[g] =
+          value_scales.data() + static_cast<size_t>(g) * group_positions * scales_per_row;
+      for (int i = 0; i < group_positions && g * group_positions + i < c.span; ++i) {
+        for (float& x : row) x = normal(rng) * 2.0f;
+        kernels::f32_to_q8_row(row.data(), q.data(), scales.data(), c.head_size);
+        for (int d = 0; d < c.head_size; ++d) {
+          keys_q8[reversed * group_elements + kernels::q8_key_index(i, d, key_stride)] = q[d];
+          values_q8[(static_cast<size_t>(g) * group_positions + i) * c.head_size + d] = q[d];
+        }
+        for (int s = 0; s < scales_per_row; ++s) {
+          key_scales[reversed * group_scales + s * key_stride + i] = scales[s];
+          value_scales[(static_cast<size_t>(g) * group_positions + i) * scales_per_row + s] =
+              scales[s];
+        }
+      }
+    }
+    const kernels::Q8SpanGroups latent{key_groups.data(), key_scale_groups.data(), key_stride,
+                                       nullptr, nullptr};
+    const kernels::Q8SpanGroups copied{key_groups.data(), key_scale_groups.data(), key_stride,
+                                       value_groups.data(), value_scale_groups.data()};
+    const int rows = c.num_tokens * c.group;
+    std::vector<float> queries(static_cast<size_t>(rows) * c.head_size);
+    for (float& x : queries) x = normal(rng);
+    std::vector<int8_t> q8_queries(queries.size());
+    std::vector<float> q8_query_scales(static_cast<size_t>(rows) * scales_per_row);
+    kernels::quantize_queries_q8(queries.data(), static_cast<int64_t>(c.group) * c.head_size,
+                                 c.num_tokens, c.group, c.head_size,
+                                 1.0f / std::sqrt(static_cast<float>(c.head_size)),
+                                 q8_queries.data(), q8_query_scales.data());
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const std::vector<int> visible = visible_counts(pattern, c, rng);
+      for (const kernels::KernelLevel at : {kernels::KernelLevel::kReference, level}) {
+        std::vector<float> results[2][3];
+        for (int way = 0; way < 2; ++way) {
+          std::vector<float> max1(rows, -INFINITY), sum1(rows, 0.0f);
+          std::vector<float> acc1(static_cast<size_t>(rows) * c.head_size, 0.0f);
+          std::vector<float> scores(static_cast<size_t>(rows) * c.span);
+          kernels::attention_span_update_q8_at_level(
+              at, {q8_queries.data(), q8_query_scales.data()}, c.num_tokens, c.group,
+              c.head_size, visible.data(), way == 0 ? latent : copied, scores.data(), c.span,
+              max1.data(), sum1.data(), acc1.data());
+          results[way][0] = max1;
+          results[way][1] = sum1;
+          results[way][2] = acc1;
+        }
+        for (int part = 0; part < 3; ++part) {
+          EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[1][part].data(),
+                                   results[0][part].size() * sizeof(float)))
+              << kernels::kernel_level_name(at) << " tokens " << c.num_tokens << " group "
+              << c.group << " head " << c.head_size << " span " << c.span << " pattern "
+              << pattern << " part " << part;
+        }
+        EXPECT_TRUE(std::any_of(results[0][1].begin(), results[0][1].end(),
+                                [](float sum) { return sum > 0.0f; }));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 30);
+}
+
 // Queries are quantized as convert.h's q8 rows are (llama.cpp's Q8_0) but with f32 scales and
 // halves rounded to even: each value within half a step of the query times the scale.
 TEST(AttentionKernelTest, QueriesQuantizedPer32Dimensions) {

@@ -7,6 +7,10 @@ the anonymous resident memory (RssAnon, from `tachyon bench --json`) is that of 
 less the experts plus at most the cache (and the embedding's copy in the file's layout, which
 --experts-mem keeps so that only experts are read from the file after load); the cache really
 reads experts from the file.
+And the MLA latent cache in 8 bits (`--cache-type q8`, read in place by the attention kernels)
+through `tachyon serve` with the official openai client: each prompt's greedy answer alone is
+its answer among concurrent requests, a prefix-cache hit answers as the cold request did, and
+a token's latent costs the q8 bytes (34 per 32 values).
 
     .venv/bin/python tests/runtime/experts_memory_test.py --tachyon build/tachyon --work DIR
 """
@@ -16,11 +20,15 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import openai
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/api"))
 from checks import check, exit_status, info, section  # noqa: E402
+from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
 
 MIB = 1 << 20
 
@@ -85,6 +93,37 @@ def test_beyond_ram(tachyon: str, work: Path) -> None:
           bounded["experts"])
 
 
+def test_latent_q8(tachyon: str, work: Path) -> None:
+    model = make_model(work)
+    # Prompts of 40..180 tokens (several 16-position groups, partial last ones), as token ids.
+    prompts = [[(37 * i + 11 * j) % 50000 + 100 for j in range(40 + 35 * i)] for i in range(5)]
+    with TachyonServer(tachyon, model, ["-t", "2", "--cache-type", "q8"]) as server:
+        client = openai.OpenAI(base_url=server.v1, api_key="none", max_retries=0)
+        model_id = client.models.list().data[0].id
+
+        def complete(prompt: list[int]):
+            return client.completions.create(model=model_id, prompt=prompt, max_tokens=24,
+                                             temperature=0)
+
+        alone = [complete(prompt) for prompt in prompts]
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(complete, prompts))
+        texts = [c.choices[0].text for c in alone]
+        check("q8 latent: each answer alone is its answer among concurrent requests",
+              texts == [c.choices[0].text for c in together] and all(texts),
+              (texts, [c.choices[0].text for c in together]))
+        warm = complete(prompts[4])
+        details = warm.usage.prompt_tokens_details
+        cached = details.cached_tokens if details is not None else 0
+        check("q8 latent: a prefix-cache hit answers as the cold request did",
+              cached >= 160 and warm.choices[0].text == texts[4], (cached, warm.choices[0].text))
+        metrics = parse_prometheus(http_get(server.url + "/metrics")[1].decode())
+        # 4 layers, each a latent of 256 + 64 values: 10 groups of 32 at 34 bytes.
+        check("q8 latent: 1,360 bytes per token (f16: 2,560)",
+              metrics.get("tachyon:kv_cache_bytes_per_token") == 4 * 10 * 34,
+              metrics.get("tachyon:kv_cache_bytes_per_token"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tachyon", default=str(ROOT / "build" / "tachyon"))
@@ -92,6 +131,7 @@ def main() -> int:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     section("beyond RAM", test_beyond_ram, args.tachyon, args.work)
+    section("q8 latent cache", test_latent_q8, args.tachyon, args.work)
     return exit_status()
 
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "core/aligned_allocator.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "kernels/cpu/attention_kernels.h"
@@ -431,13 +433,65 @@ bool attention_reads_q8(int head_size) {
   return attention_reads_q8_at_level(level, head_size);
 }
 
+namespace {
+
+// Values that are the keys (Q8SpanGroups' null values): the groups' keys copied into value rows
+// with their scales, the layout every level's kernel reads, for the groups holding the first
+// `positions` positions. The copy is exact (the same int8s and scales), so each value widens to
+// the same float as in a span whose values are stored apart. Once per call, shared by all
+// its rows (MLA: every query head of a token reads each latent).
+struct KeyValueRows {
+  static constexpr int kMaxGroups = 64;  // positions per call <= 64 * 16 (spans are 128)
+  AlignedVector<int8_t> values;    // int8 [groups, kAttentionGroupPositions, head_size]
+  AlignedVector<uint16_t> scales;  // f16 [groups, kAttentionGroupPositions, head_size / 32]
+  const int8_t* value_groups[kMaxGroups];
+  const uint16_t* scale_groups[kMaxGroups];
+
+  Q8SpanGroups copy(const Q8SpanGroups& span, int head_size, int positions) {
+    constexpr int kPositions = kAttentionGroupPositions;
+    const int num_groups = (positions + kPositions - 1) / kPositions;
+    TACHYON_CHECK(num_groups <= kMaxGroups);
+    const int scales_per_row = head_size / kQ8Group;
+    values.resize(static_cast<size_t>(num_groups) * kPositions * head_size);
+    scales.resize(static_cast<size_t>(num_groups) * kPositions * scales_per_row);
+    const int64_t row_bytes = span.key_stride * 4;  // keys: rows of 4 dimensions
+    for (int g = 0; g < num_groups; ++g) {
+      int8_t* out = values.data() + static_cast<size_t>(g) * kPositions * head_size;
+      uint16_t* out_scales = scales.data() + static_cast<size_t>(g) * kPositions * scales_per_row;
+      for (int c = 0; c < head_size / 4; ++c) {
+        const int8_t* row = span.keys[g] + c * row_bytes;
+        for (int p = 0; p < kPositions; ++p) {
+          std::memcpy(out + p * head_size + 4 * c, row + 4 * p, 4);
+        }
+      }
+      for (int s = 0; s < scales_per_row; ++s) {
+        for (int p = 0; p < kPositions; ++p) {
+          out_scales[p * scales_per_row + s] = span.key_scales[g][s * span.key_stride + p];
+        }
+      }
+      value_groups[g] = out;
+      scale_groups[g] = out_scales;
+    }
+    return {span.keys, span.key_scales, span.key_stride, value_groups, scale_groups};
+  }
+};
+
+}  // namespace
+
 void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queries,
                                        int num_tokens, int group, int head_size,
-                                       const int* visible, const Q8SpanGroups& span, float* scores,
-                                       int64_t score_stride, float* running_max,
+                                       const int* visible, const Q8SpanGroups& given_span,
+                                       float* scores, int64_t score_stride, float* running_max,
                                        float* running_sum, float* accumulator) {
   TACHYON_CHECK(kernel_level_available(level) && attention_reads_q8_at_level(level, head_size));
   note_family_level(KernelFamily::kAttention, level);
+  Q8SpanGroups span = given_span;
+  if (span.values == nullptr) {
+    thread_local KeyValueRows rows;
+    int most = 0;
+    for (int i = 0; i < num_tokens; ++i) most = std::max(most, visible[i]);
+    span = rows.copy(given_span, head_size, most);
+  }
   switch (level) {
     case KernelLevel::kAvx512:
       return avx512::attention_span_update_q8(queries, num_tokens, group, head_size, visible,

@@ -61,6 +61,8 @@ void attention_span_update_f16(const float* queries, int64_t token_stride, int n
 // position: kernels/cpu/convert.h's q8), in groups of kAttentionGroupPositions positions, each
 // group anywhere, read in place. Keys are laid out for integer dot products: rows of 4
 // dimensions, each position's 4 bytes together (q8_key_index).
+// `values` and `value_scales` null: each position's value is its key (MLA's cached latent,
+// stored once), read from the keys' layout.
 struct Q8SpanGroups {
   const int8_t* const* keys;            // per group: int8 [head_size / 4, key_stride, 4]
   const uint16_t* const* key_scales;    // per group: f16 [head_size / 32, key_stride]
