@@ -140,14 +140,12 @@ int first_visible_span(int window, int first_position, int span) {
   return std::max(0, first_position - window + 1) / span * span;
 }
 
-// True when attention reads `cache`'s blocks in place (f16 keys and values stored apart, or q8
-// keys and values, values possibly the keys: MLA's latent; in a layout the active kernel takes
-// for heads of `head_size`).
+// True when attention reads `cache`'s blocks in place (f16 or q8 keys and values, or keys that
+// are also the values: MLA's latent, in a layout the active kernel takes for heads of
+// `head_size`).
 template <typename Cache>
 bool reads_in_place(const Cache& cache, int head_size) {
-  if (cache.type() == DType::kF16 && !cache.values_are_keys()) {
-    return kernels::attention_reads_f16(head_size);
-  }
+  if (cache.type() == DType::kF16) return kernels::attention_reads_f16(head_size);
   if (cache.type() == DType::kQ8_0) return kernels::attention_reads_q8(head_size);
   return false;
 }
@@ -282,19 +280,23 @@ void causal_attention(const AttentionShape& shape, const float* queries, int num
                       own_values ? value_groups : nullptr,
                       own_values ? value_scale_groups : nullptr});
       } else if (head_data == nullptr) {
-        // The span is one key block; its groups of positions follow each other.
+        // The span is one key block; its groups of positions follow each other (MLA's latent:
+        // values are the keys, read from them).
+        const bool own_values = !cache.values_are_keys();
         const uint16_t* keys =
             cache.f16_keys(layer, kv_head) + static_cast<int64_t>(span_start) * head_size;
         const uint16_t* values =
-            cache.f16_values(layer, kv_head) + static_cast<int64_t>(span_start) * head_size;
+            own_values
+                ? cache.f16_values(layer, kv_head) + static_cast<int64_t>(span_start) * head_size
+                : nullptr;
         const uint16_t* key_groups[kGroupsPerSpan];
         const uint16_t* value_groups[kGroupsPerSpan];
         for (int g = 0; g < kGroupsPerSpan; ++g) {
           key_groups[g] = keys + g * kernels::kAttentionGroupPositions;
-          value_groups[g] = values + g * kernels::kAttentionGroupPositions * head_size;
+          if (own_values) value_groups[g] = values + g * kernels::kAttentionGroupPositions * head_size;
         }
         state.update(queries + offset, q_stride, item_tokens, shape.scale, visible, key_groups,
-                     KvCache::kKeyBlock, value_groups);
+                     KvCache::kKeyBlock, own_values ? value_groups : nullptr);
       } else {
         const float* keys = head_data + (span_start / kSpan) * 2 * span_floats;
         state.update(queries + offset, q_stride, item_tokens, shape.scale, visible, keys,
@@ -625,13 +627,14 @@ void paged_attention(const AttentionShape& shape, const float* queries, const Fo
       if (head_spans == nullptr && read_in_place) {
         const uint16_t* key_groups[kMaxGroups];
         const uint16_t* value_groups[kMaxGroups];
+        const bool own_values = !cache.values_are_keys();  // else MLA's latent
         for (int b = 0; b * block_size < span_count; ++b) {
           const int block = table(sequence)[span_start / block_size + b];
           key_groups[b] = cache.f16_keys(layer, block, kv_head);
-          value_groups[b] = cache.f16_values(layer, block, kv_head);
+          if (own_values) value_groups[b] = cache.f16_values(layer, block, kv_head);
         }
         state.update(queries + offset, q_stride, run.num_tokens, shape.scale, visible,
-                     key_groups, block_size, value_groups);
+                     key_groups, block_size, own_values ? value_groups : nullptr);
         continue;
       }
       const auto [span_keys, span_values] = widened_span(span_start, span_count);

@@ -507,6 +507,81 @@ TEST_P(AttentionLevelTest, Q8ValuesAreKeysReadFromTheKeys) {
   EXPECT_EQ(checked, 30);
 }
 
+// An f16 span whose values are its keys (null value groups) gives every row the bits of the f32
+// kernel on the same keys widened, used as values too: MLA's latent read in place.
+TEST_P(AttentionLevelTest, F16ValuesAreKeysReadFromTheKeys) {
+  const kernels::KernelLevel level = GetParam();
+  if (!kernels::kernel_level_available(level)) {
+    GTEST_SKIP() << "this CPU lacks the level";
+  }
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  for (const LevelCase c : {LevelCase{1, 16, 576, 128}, LevelCase{1, 8, 576, 37},
+                            LevelCase{5, 16, 576, 100}, LevelCase{16, 3, 96, 128},
+                            LevelCase{2, 7, 40, 16}, LevelCase{3, 2, 20, 50}}) {
+    if (!kernels::attention_reads_f16_at_level(level, c.head_size)) continue;
+    const int group_positions = kernels::kAttentionGroupPositions;
+    const int num_groups = (c.span + group_positions - 1) / group_positions;
+    const int64_t key_stride = group_positions + 16;  // rows longer than a group, as in caches
+    const int64_t group_elements = static_cast<int64_t>(c.head_size) * key_stride;
+    std::vector<uint16_t> keys_f16(num_groups * group_elements, 0x7e00);  // NaN past the span
+    std::vector<const uint16_t*> key_groups(num_groups);
+    std::vector<float> keys_by_dimension(static_cast<size_t>(c.head_size) * c.span);
+    std::vector<float> values(static_cast<size_t>(c.span) * c.head_size);
+    for (int g = 0; g < num_groups; ++g) {
+      const int reversed = num_groups - 1 - g;
+      key_groups[g] = keys_f16.data() + reversed * group_elements;
+      for (int i = 0; i < group_positions && g * group_positions + i < c.span; ++i) {
+        const int p = g * group_positions + i;
+        for (int d = 0; d < c.head_size; ++d) {
+          const uint16_t half = f32_to_f16(normal(rng));
+          keys_f16[reversed * group_elements + d * key_stride + i] = half;
+          keys_by_dimension[static_cast<size_t>(d) * c.span + p] = f16_to_f32(half);
+          values[static_cast<size_t>(p) * c.head_size + d] = f16_to_f32(half);
+        }
+      }
+    }
+    const int rows = c.num_tokens * c.group;
+    const int64_t token_stride = static_cast<int64_t>(c.group) * c.head_size;
+    std::vector<float> queries(static_cast<size_t>(rows) * c.head_size);
+    for (float& x : queries) x = normal(rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const std::vector<int> visible = visible_counts(pattern, c, rng);
+      std::vector<float> results[2][3];
+      for (int way = 0; way < 2; ++way) {
+        std::vector<float> max1(rows, -INFINITY), sum1(rows, 0.0f);
+        std::vector<float> acc1(static_cast<size_t>(rows) * c.head_size, 0.0f);
+        std::vector<float> scores(static_cast<size_t>(rows) * c.span);
+        if (way == 0) {
+          kernels::attention_span_update_f16_at_level(
+              level, queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+              visible.data(), key_groups.data(), key_stride, nullptr, scores.data(), c.span,
+              max1.data(), sum1.data(), acc1.data());
+        } else {
+          kernels::attention_span_update_at_level(
+              level, queries.data(), token_stride, c.num_tokens, c.group, c.head_size, scale,
+              visible.data(), keys_by_dimension.data(), c.span, values.data(), scores.data(),
+              c.span, max1.data(), sum1.data(), acc1.data());
+        }
+        results[way][0] = max1;
+        results[way][1] = sum1;
+        results[way][2] = acc1;
+      }
+      for (int part = 0; part < 3; ++part) {
+        EXPECT_EQ(0, std::memcmp(results[0][part].data(), results[1][part].data(),
+                                 results[0][part].size() * sizeof(float)))
+            << "tokens " << c.num_tokens << " group " << c.group << " head " << c.head_size
+            << " span " << c.span << " pattern " << pattern << " part " << part;
+      }
+      ++checked;
+    }
+  }
+  // Every case at AVX-512; at AVX2 the heads of multiples of 8 (not 20).
+  EXPECT_EQ(checked, level == kernels::KernelLevel::kAvx512 ? 18 : 15);
+}
+
 // Queries are quantized as convert.h's q8 rows are (llama.cpp's Q8_0) but with f32 scales and
 // halves rounded to even: each value within half a step of the query times the scale.
 TEST(AttentionKernelTest, QueriesQuantizedPer32Dimensions) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -290,6 +289,121 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
                                  score_stride, running_max, running_sum, accumulator);
 }
 
+namespace {
+
+// Values that are the keys (MLA's latent, stored once: null values): the groups' keys copied into
+// value rows, the layout every level's kernel reads, for the groups holding what the call's
+// tokens see. Exact copies, so each value is the same float as in a span whose values
+// are stored apart. Once per call, shared by all its rows (MLA: every query head of a token
+// reads each latent). A group's 16 positions are all copied (groups have room for them).
+constexpr int kMaxCopiedGroups = 64;  // positions per call <= 64 * 16 (spans are 128)
+
+int groups_holding(int num_tokens, const int* visible) {
+  int most = 0;
+  for (int i = 0; i < num_tokens; ++i) most = std::max(most, visible[i]);
+  const int groups = (most + kAttentionGroupPositions - 1) / kAttentionGroupPositions;
+  TACHYON_CHECK(groups <= kMaxCopiedGroups);
+  return groups;
+}
+
+// f16 keys [head_size, key_stride] per group into rows [16, head_size]: 8 x 8 transposes (SSE2,
+// every x86-64), the dimensions past the last whole 8 one by one.
+struct F16KeyValueRows {
+  AlignedVector<uint16_t> values;  // f16 [groups, kAttentionGroupPositions, head_size]
+  const uint16_t* value_groups[kMaxCopiedGroups];
+
+  const uint16_t* const* copy(const uint16_t* const* key_groups, int64_t key_stride,
+                              int head_size, int num_groups) {
+    constexpr int kPositions = kAttentionGroupPositions;
+    values.resize(static_cast<size_t>(num_groups) * kPositions * head_size);
+    for (int g = 0; g < num_groups; ++g) {
+      uint16_t* out = values.data() + static_cast<size_t>(g) * kPositions * head_size;
+      const uint16_t* keys = key_groups[g];
+      int d0 = 0;
+      for (; d0 + 8 <= head_size; d0 += 8) {
+        for (int p0 = 0; p0 < kPositions; p0 += 8) {
+          __m128i r[8];
+          for (int i = 0; i < 8; ++i) {
+            r[i] = _mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(keys + (d0 + i) * key_stride + p0));
+          }
+          // Rows of 8 positions for 8 dimensions become rows of 8 dimensions per position.
+          const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+          const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+          const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+          const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+          const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+          const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+          const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+          const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+          const __m128i rows[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4),
+                                   _mm_unpacklo_epi64(b1, b5), _mm_unpackhi_epi64(b1, b5),
+                                   _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
+                                   _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
+          for (int i = 0; i < 8; ++i) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (p0 + i) * head_size + d0),
+                             rows[i]);
+          }
+        }
+      }
+      for (; d0 < head_size; ++d0) {
+        for (int p = 0; p < kPositions; ++p) out[p * head_size + d0] = keys[d0 * key_stride + p];
+      }
+      value_groups[g] = out;
+    }
+    return value_groups;
+  }
+};
+
+// q8 keys (rows of 4 dimensions, each position's 4 bytes together) into value rows by 4 x 4
+// transposes of those 4-byte pieces (SSE2), and the keys' scales ([head_size / 32, key_stride])
+// into the values' ([16, head_size / 32]).
+struct Q8KeyValueRows {
+  AlignedVector<int8_t> values;    // int8 [groups, kAttentionGroupPositions, head_size]
+  AlignedVector<uint16_t> scales;  // f16 [groups, kAttentionGroupPositions, head_size / 32]
+  const int8_t* value_groups[kMaxCopiedGroups];
+  const uint16_t* scale_groups[kMaxCopiedGroups];
+
+  Q8SpanGroups copy(const Q8SpanGroups& span, int head_size, int num_groups) {
+    constexpr int kPositions = kAttentionGroupPositions;
+    const int scales_per_row = head_size / kQ8Group;
+    values.resize(static_cast<size_t>(num_groups) * kPositions * head_size);
+    scales.resize(static_cast<size_t>(num_groups) * kPositions * scales_per_row);
+    const int64_t row_bytes = span.key_stride * 4;  // keys: rows of 4 dimensions
+    for (int g = 0; g < num_groups; ++g) {
+      int8_t* out = values.data() + static_cast<size_t>(g) * kPositions * head_size;
+      uint16_t* out_scales = scales.data() + static_cast<size_t>(g) * kPositions * scales_per_row;
+      for (int c0 = 0; c0 < head_size / 4; c0 += 4) {  // 16 dimensions (head_size % 32 == 0)
+        for (int p0 = 0; p0 < kPositions; p0 += 4) {
+          __m128i r[4];  // dimensions 4 (c0 + i) .. + 3 of positions p0 .. p0 + 3
+          for (int i = 0; i < 4; ++i) {
+            r[i] = _mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(span.keys[g] + (c0 + i) * row_bytes + 4 * p0));
+          }
+          const __m128i a0 = _mm_unpacklo_epi32(r[0], r[1]), a1 = _mm_unpackhi_epi32(r[0], r[1]);
+          const __m128i a2 = _mm_unpacklo_epi32(r[2], r[3]), a3 = _mm_unpackhi_epi32(r[2], r[3]);
+          const __m128i rows[4] = {_mm_unpacklo_epi64(a0, a2), _mm_unpackhi_epi64(a0, a2),
+                                   _mm_unpacklo_epi64(a1, a3), _mm_unpackhi_epi64(a1, a3)};
+          for (int j = 0; j < 4; ++j) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (p0 + j) * head_size + 4 * c0),
+                             rows[j]);
+          }
+        }
+      }
+      for (int s = 0; s < scales_per_row; ++s) {
+        for (int p = 0; p < kPositions; ++p) {
+          out_scales[p * scales_per_row + s] = span.key_scales[g][s * span.key_stride + p];
+        }
+      }
+      value_groups[g] = out;
+      scale_groups[g] = out_scales;
+    }
+    return {span.keys, span.key_scales, span.key_stride, value_groups, scale_groups};
+  }
+};
+
+}  // namespace
+
 bool attention_reads_f16_at_level(KernelLevel level, int head_size) {
   switch (level) {
     case KernelLevel::kAvx512:
@@ -314,11 +428,17 @@ void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
                                         int64_t token_stride, int num_tokens, int group,
                                         int head_size, float scale, const int* visible,
                                         const uint16_t* const* key_groups, int64_t key_stride,
-                                        const uint16_t* const* value_groups, float* scores,
-                                        int64_t score_stride, float* running_max,
+                                        const uint16_t* const* given_value_groups,
+                                        float* scores, int64_t score_stride, float* running_max,
                                         float* running_sum, float* accumulator) {
   TACHYON_CHECK(kernel_level_available(level) && attention_reads_f16_at_level(level, head_size));
   note_family_level(KernelFamily::kAttention, level);
+  const uint16_t* const* value_groups = given_value_groups;
+  if (value_groups == nullptr) {
+    thread_local F16KeyValueRows rows;
+    value_groups =
+        rows.copy(key_groups, key_stride, head_size, groups_holding(num_tokens, visible));
+  }
   if (level == KernelLevel::kAvx512) {
     return avx512::attention_span_update_f16 TACHYON_SPAN_UPDATE_F16_ARGS;
   }
@@ -433,51 +553,6 @@ bool attention_reads_q8(int head_size) {
   return attention_reads_q8_at_level(level, head_size);
 }
 
-namespace {
-
-// Values that are the keys (Q8SpanGroups' null values): the groups' keys copied into value rows
-// with their scales, the layout every level's kernel reads, for the groups holding the first
-// `positions` positions. The copy is exact (the same int8s and scales), so each value widens to
-// the same float as in a span whose values are stored apart. Once per call, shared by all
-// its rows (MLA: every query head of a token reads each latent).
-struct KeyValueRows {
-  static constexpr int kMaxGroups = 64;  // positions per call <= 64 * 16 (spans are 128)
-  AlignedVector<int8_t> values;    // int8 [groups, kAttentionGroupPositions, head_size]
-  AlignedVector<uint16_t> scales;  // f16 [groups, kAttentionGroupPositions, head_size / 32]
-  const int8_t* value_groups[kMaxGroups];
-  const uint16_t* scale_groups[kMaxGroups];
-
-  Q8SpanGroups copy(const Q8SpanGroups& span, int head_size, int positions) {
-    constexpr int kPositions = kAttentionGroupPositions;
-    const int num_groups = (positions + kPositions - 1) / kPositions;
-    TACHYON_CHECK(num_groups <= kMaxGroups);
-    const int scales_per_row = head_size / kQ8Group;
-    values.resize(static_cast<size_t>(num_groups) * kPositions * head_size);
-    scales.resize(static_cast<size_t>(num_groups) * kPositions * scales_per_row);
-    const int64_t row_bytes = span.key_stride * 4;  // keys: rows of 4 dimensions
-    for (int g = 0; g < num_groups; ++g) {
-      int8_t* out = values.data() + static_cast<size_t>(g) * kPositions * head_size;
-      uint16_t* out_scales = scales.data() + static_cast<size_t>(g) * kPositions * scales_per_row;
-      for (int c = 0; c < head_size / 4; ++c) {
-        const int8_t* row = span.keys[g] + c * row_bytes;
-        for (int p = 0; p < kPositions; ++p) {
-          std::memcpy(out + p * head_size + 4 * c, row + 4 * p, 4);
-        }
-      }
-      for (int s = 0; s < scales_per_row; ++s) {
-        for (int p = 0; p < kPositions; ++p) {
-          out_scales[p * scales_per_row + s] = span.key_scales[g][s * span.key_stride + p];
-        }
-      }
-      value_groups[g] = out;
-      scale_groups[g] = out_scales;
-    }
-    return {span.keys, span.key_scales, span.key_stride, value_groups, scale_groups};
-  }
-};
-
-}  // namespace
-
 void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queries,
                                        int num_tokens, int group, int head_size,
                                        const int* visible, const Q8SpanGroups& given_span,
@@ -487,10 +562,8 @@ void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queri
   note_family_level(KernelFamily::kAttention, level);
   Q8SpanGroups span = given_span;
   if (span.values == nullptr) {
-    thread_local KeyValueRows rows;
-    int most = 0;
-    for (int i = 0; i < num_tokens; ++i) most = std::max(most, visible[i]);
-    span = rows.copy(given_span, head_size, most);
+    thread_local Q8KeyValueRows rows;
+    span = rows.copy(given_span, head_size, groups_holding(num_tokens, visible));
   }
   switch (level) {
     case KernelLevel::kAvx512:

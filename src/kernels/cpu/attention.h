@@ -44,6 +44,8 @@ void attention_span_update(const float* queries, int64_t token_stride, int num_t
 // span's positions in groups of kAttentionGroupPositions, each group anywhere:
 //   key_groups[g]:   f16 [head_size, key_stride]: dimension d of the group's positions
 //   value_groups[g]: f16 [kAttentionGroupPositions, head_size]
+// value_groups null: each position's value is its key (MLA's cached latent, stored once), read
+// from the keys (the same bits as values stored apart).
 // Only where attention_reads_f16(head_size) holds (the AVX-512 and AVX2 kernels: every head
 // size up to 1024 at AVX-512, multiples of 8 at AVX2; f16 keys may be read past the span's
 // positions within a group, so each group must have room for all 16); elsewhere callers
