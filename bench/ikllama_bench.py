@@ -6,12 +6,13 @@ llama_kv_cache_clear, a flash_attn flag). Same JSON shape as `tachyon bench --js
 
     .venv-ikllama/bin/python bench/ikllama_bench.py [-m MODEL.gguf] [-t 2] [-r 5] [-p 512]
         [-n 128] [-d DEPTH] [--parallel 32 --parallel-prompt 128 --parallel-gen 64] [--json]
+        [--rtr] [--cache-type f16|q8_0]
 
 Tests, as in llamacpp_bench.py: ppN (N random tokens from an empty cache, one ubatch of up to
 512, logits for the last), tgN (N single-token decodes from an empty cache, or with -d after
 DEPTH random tokens, untimed: "tgN @ dDEPTH"), batchedN (N
 sequences with random prompts, then steps decoding one token of each in one batch; tokens/s of
-those steps). Flash attention on (ik_llama.cpp's default), f16 KV cache, one warm-up run per
+those steps). Flash attention on (ik_llama.cpp's default), f16 KV cache (or --cache-type), one warm-up run per
 test, mean and sample stddev of the per-repetition tokens/s.
 
 Install (builds ik_llama.cpp from source, ~30 min on 2 cores): see
@@ -40,8 +41,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+GGML_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type values of the KV cache's types
+
+
 class Bench:
-    def __init__(self, model_path: Path, threads: int, n_ubatch: int, repack: bool = False):
+    def __init__(self, model_path: Path, threads: int, n_ubatch: int, repack: bool = False,
+                 cache_type: str = "f16"):
         params = L.llama_model_default_params()
         params.n_gpu_layers = 0
         # -rtr: weights repacked at load into ik_llama.cpp's run-time layouts (no mmap then).
@@ -54,6 +59,7 @@ class Bench:
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads = threads
         self.n_ubatch = n_ubatch
+        self.cache_type = GGML_TYPES[cache_type]
         self.rng = random.Random(1234)
 
     def context(self, n_ctx: int, n_seq: int = 1, n_batch: int = 2048):
@@ -65,6 +71,8 @@ class Bench:
         params.n_threads = self.threads
         params.n_threads_batch = self.threads
         params.flash_attn = True
+        # MLA models (mla_attn 3) cache only the latent, as K: type_k is its type.
+        params.type_k = params.type_v = self.cache_type
         ctx = L.llama_init_from_model(self.model, params)
         if not ctx:
             raise SystemExit("llama_init_from_model failed")
@@ -182,12 +190,15 @@ def main() -> int:
     parser.add_argument("--parallel-prompt", type=int, default=128)
     parser.add_argument("--parallel-gen", type=int, default=64)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cache-type", choices=sorted(GGML_TYPES), default="f16",
+                        help="KV cache type (-ctk/-ctv; MLA models cache the latent as K)")
     parser.add_argument("--rtr", action="store_true",
                         help="run-time repacking (ik_llama.cpp's -rtr); MLA mode 3, fused MoE "
                              "and flash attention are its defaults")
     args = parser.parse_args()
     L.llama_backend_init()
-    bench = Bench(args.model.expanduser(), args.threads, args.ubatch_size, args.rtr)
+    bench = Bench(args.model.expanduser(), args.threads, args.ubatch_size, args.rtr,
+                  args.cache_type)
     results = []
     if args.n_prompt > 0:
         results.append(bench.test_pp(args.n_prompt, args.reps))

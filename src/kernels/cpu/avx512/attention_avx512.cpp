@@ -6,7 +6,8 @@
 // Keys and values come as f32 or, straight from an f16 cache (contiguous or paged), as f16
 // bits widened as they are loaded (exactly, so the same bits as widening them first). From a q8
 // cache, scores are integer dot products (VNNI) of the keys with the query quantized as q8
-// (attention.h), and values are widened exactly as they are loaded.
+// (attention.h), and values are widened exactly as they are loaded, or once per call when
+// more than one tile of rows reads them.
 
 // GCC 12 warns that the AVX-512 intrinsics' internal _mm512_undefined_* operands are
 // uninitialized (GCC bug 105593); that is their purpose.
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/aligned_allocator.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/convert.h"
@@ -60,6 +62,7 @@ TACHYON_INLINE __m512 load_lanes(__mmask16 mask, const int8_t* p) {
 struct ContiguousF32 {
   using Element = float;
   static constexpr bool kQ8 = false;
+  static constexpr bool kScaledValues = false;
   const float* keys;  // f32 [head_size, key_stride]
   int64_t key_stride;
   const float* values;  // f32 [positions, head_size]
@@ -70,6 +73,7 @@ struct ContiguousF32 {
 struct GroupedF16 {
   using Element = uint16_t;
   static constexpr bool kQ8 = false;
+  static constexpr bool kScaledValues = false;
   const uint16_t* const* key_groups;  // per group: f16 [head_size, key_stride]
   int64_t key_stride;
   const uint16_t* const* value_groups;  // per group: f16 [16, head_size]
@@ -82,6 +86,7 @@ struct GroupedF16 {
 struct GroupedQ8 {
   using Element = int8_t;
   static constexpr bool kQ8 = true;
+  static constexpr bool kScaledValues = true;
   const Q8SpanGroups& span;
   const Q8Queries& queries;
   int64_t key_stride;
@@ -93,6 +98,19 @@ struct GroupedQ8 {
     return span.value_scales[p / kLanes] + (p % kLanes) * (head_size / kQ8Group);
   }
 };
+// q8 keys as GroupedQ8, values widened to f32 beforehand (widen_q8_values): when several
+// register tiles of rows read each value, widening once per call beats widening per tile.
+struct GroupedQ8WidenedValues {
+  using Element = float;
+  static constexpr bool kQ8 = true;
+  static constexpr bool kScaledValues = false;
+  const Q8SpanGroups& span;
+  const Q8Queries& queries;
+  int64_t key_stride;
+  int head_size;
+  const float* values;  // f32 [positions, head_size]
+  const float* value_row(int p) const { return values + static_cast<int64_t>(p) * head_size; }
+};
 
 // Position p's values of dimensions [d0, d0 + 16 * kVectors) from `source`, widened.
 template <int kVectors, typename Source>
@@ -100,7 +118,7 @@ TACHYON_INLINE void load_values(const Source& source, int p, int d0, const __mma
                                 __m512* value) {
   const typename Source::Element* v = source.value_row(p) + d0;
   for (int j = 0; j < kVectors; ++j) value[j] = load_lanes(mask[j], v + j * kLanes);
-  if constexpr (Source::kQ8) {
+  if constexpr (Source::kScaledValues) {
     const uint16_t* scales = source.value_scales(p);
     for (int j = 0; j < kVectors; ++j) {
       value[j] = _mm512_mul_ps(value[j],
@@ -208,8 +226,8 @@ TACHYON_INLINE void tile_scores(const float* q, int head_size, const Source& sou
 // per 32 dimensions, integer dot products with VPDPBUSD, which takes unsigned bytes, so the
 // query goes in as q + 128 and 128 times the keys' sum is taken off again (both exact), then
 // score = fma(dot, query scale * key scale, score).
-template <int kRows, int kVectors>
-TACHYON_INLINE void q8_score_tile(int first, int head_size, const GroupedQ8& source, int p0,
+template <int kRows, int kVectors, typename Source>
+TACHYON_INLINE void q8_score_tile(int first, int head_size, const Source& source, int p0,
                                   int positions, float* const* scores) {
   const int groups = head_size / kQ8Group;
   __mmask16 mask[kVectors];
@@ -267,8 +285,8 @@ TACHYON_INLINE void q8_score_tile(int first, int head_size, const GroupedQ8& sou
 
 // Scores of q8 keys for rows [first, first + kRows) of the quantized queries, two vectors of
 // positions per pass.
-template <int kRows>
-TACHYON_INLINE void q8_tile_scores(int first, int head_size, const GroupedQ8& source,
+template <int kRows, typename Source>
+TACHYON_INLINE void q8_tile_scores(int first, int head_size, const Source& source,
                                    int positions, float* const* scores) {
   constexpr int kWide = 2 * kLanes;
   int p0 = 0;
@@ -381,6 +399,22 @@ TACHYON_INLINE void tile_accumulate(float* const* weights, const int* visible,
   }
 }
 
+// Values [0, positions) of a q8 span widened to f32 rows, each exactly as load_values widens it
+// (int8 to float, times its f16 scale), so reading these gives the same bits.
+void widen_q8_values(const GroupedQ8& source, int positions, float* out) {
+  const int head_size = source.head_size;
+  for (int p = 0; p < positions; ++p) {
+    const int8_t* v = source.value_row(p);
+    const uint16_t* scales = source.value_scales(p);
+    float* row = out + static_cast<int64_t>(p) * head_size;
+    for (int d = 0; d < head_size; d += kLanes) {  // head_size: whole groups of 32
+      const __m512 value = load_lanes(0xFFFF, v + d);
+      _mm512_storeu_ps(row + d,
+                       _mm512_mul_ps(value, _mm512_set1_ps(_cvtsh_ss(scales[d / kQ8Group]))));
+    }
+  }
+}
+
 #include "kernels/cpu/attention_rows.inc"
 
 }  // namespace
@@ -414,8 +448,19 @@ void attention_span_update_q8(const Q8Queries& queries, int num_tokens, int grou
                               const int* visible, const Q8SpanGroups& span, float* scores,
                               int64_t score_stride, float* running_max, float* running_sum,
                               float* accumulator) {
-  const GroupedQ8 source{span, queries, span.key_stride, head_size};
   // The float queries and scale are not read: the scores come from the quantized ones.
+  if (num_tokens * group <= kRowTile) {
+    const GroupedQ8 source{span, queries, span.key_stride, head_size};
+    return span_update(nullptr, 0, num_tokens, group, head_size, 1.0f, visible, source, scores,
+                       score_stride, running_max, running_sum, accumulator);
+  }
+  // Several tiles of rows read each value (prompts, MLA's query heads): widened once.
+  int most = 0;
+  for (int i = 0; i < num_tokens; ++i) most = std::max(most, visible[i]);
+  thread_local AlignedVector<float> widened;  // f32 [most, head_size]
+  widened.resize(static_cast<size_t>(most) * head_size);
+  widen_q8_values(GroupedQ8{span, queries, span.key_stride, head_size}, most, widened.data());
+  const GroupedQ8WidenedValues source{span, queries, span.key_stride, head_size, widened.data()};
   span_update(nullptr, 0, num_tokens, group, head_size, 1.0f, visible, source, scores,
               score_stride, running_max, running_sum, accumulator);
 }
