@@ -17,6 +17,8 @@ tools/make_random_model.py does. Writes DIR/random-moonlight-16b-a3b-shape.Q4_K_
 DIR: $TACHYON_HOME/models, ~9.5 GB, about a minute) and prints its path; an existing file is
 kept.
 
+    --shape v2-lite    the DeepSeek-V2-Lite shape (27 layers, softmax routing without a selection
+                       bias, vocabulary 102400; ~9.5 GB at Q4_K_M); uniform routing only
     --shape small      the same architecture at 1024 wide, 4 layers, 50304 tokens (~270 MB, 180 MB
                        of it routed experts): the --experts-mem memory test's model
     --routing skewed   selection biases that favour some experts, as trained routers do (the
@@ -45,6 +47,12 @@ SHAPES = {
                       ffn=11264, experts=64, experts_used=6, expert_ffn=1408, shared=2,
                       vocab=163840, context=8192, rope_base=50000.0, rms_epsilon=1e-5,
                       routed_scale=2.446),
+    # DeepSeek-V2-Lite: softmax routing without a selection bias, top-6 weights not normalised,
+    # no routed scale; its dense FFN's 10944-wide down rows take llama.cpp's Q8_0 fallback.
+    "v2-lite": dict(name="random-deepseek-v2-lite-shape", hidden=2048, layers=27, dense_layers=1,
+                    heads=16, kv_lora=512, nope=128, rope=64, value=128, ffn=10944, experts=64,
+                    experts_used=6, expert_ffn=1408, shared=2, vocab=102400, context=8192,
+                    rope_base=10000.0, rms_epsilon=1e-6, routed_scale=1.0, gating="softmax"),
     "small": dict(name="random-moe-small-shape", hidden=1024, layers=4, dense_layers=1, heads=8,
                   kv_lora=256, nope=64, rope=64, value=64, ffn=2816, experts=64, experts_used=6,
                   expert_ffn=512, shared=2, vocab=50304, context=4096, rope_base=50000.0,
@@ -120,15 +128,22 @@ def main() -> int:
     writer.add_expert_used_count(s["experts_used"])
     writer.add_expert_shared_count(s["shared"])
     writer.add_expert_feed_forward_length(s["expert_ffn"])
+    softmax = s.get("gating") == "softmax"
+    if softmax and args.routing == "skewed":
+        raise SystemExit("--routing skewed needs the sigmoid router's selection bias")
     writer.add_expert_weights_scale(s["routed_scale"])
-    writer.add_expert_weights_norm(True)
-    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    writer.add_expert_weights_norm(not softmax)
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX if softmax
+                                  else gguf.ExpertGatingFuncType.SIGMOID)
     tokenizer_fields(writer, s["vocab"])
 
     # (name, qtype or None for f32, rows, cols, count): tensor info first, data streamed after.
     tensors: list[tuple[str, object, int, int, int]] = []
 
     def matrix(name: str, qtype, rows: int, cols: int, count: int = 1) -> None:
+        # llama.cpp's fallbacks for rows that are no multiple of a K-quant's 256 values.
+        if cols % 256 != 0:
+            qtype = {Q.Q4_K: Q.Q5_0, Q.Q6_K: Q.Q8_0}.get(qtype, qtype)
         tensors.append((name, qtype, rows, cols, count))
 
     hidden, heads = s["hidden"], s["heads"]
@@ -152,7 +167,8 @@ def main() -> int:
             matrix(p + "ffn_down.weight", Q6K, hidden, s["ffn"])
             continue
         matrix(p + "ffn_gate_inp.weight", None, s["experts"], hidden)
-        matrix(p + "exp_probs_b.bias", None, 1, s["experts"])
+        if not softmax:
+            matrix(p + "exp_probs_b.bias", None, 1, s["experts"])
         matrix(p + "ffn_gate_exps.weight", Q4K, s["expert_ffn"], hidden, s["experts"])
         matrix(p + "ffn_up_exps.weight", Q4K, s["expert_ffn"], hidden, s["experts"])
         matrix(p + "ffn_down_exps.weight", Q5_0, hidden, s["expert_ffn"], s["experts"])
