@@ -106,6 +106,8 @@ def test_latent_q8(tachyon: str, work: Path) -> None:
                                              temperature=0)
 
         alone = [complete(prompt) for prompt in prompts]
+        # The concurrent requests find their prompts' whole blocks cached: cached prefixes, the
+        # rest of each prompt and the decodes of all five in shared steps.
         with ThreadPoolExecutor(len(prompts)) as pool:
             together = list(pool.map(complete, prompts))
         texts = [c.choices[0].text for c in alone]
