@@ -1,6 +1,7 @@
 // Time per collective against message size over the MPI transport tachyon's --tp/--pp use:
-// the all-gather of a tensor-parallel product's rows, the all-reduce, the leader's broadcast
-// and a pipeline stage's send (ping-pong, one way). Each size: a median over repetitions of
+// the all-gather of a tensor-parallel product's rows, the all-to-all of the expert exchange
+// (each rank sends bytes / ranks to every rank, itself included), the all-reduce, the leader's
+// broadcast and a pipeline stage's send (ping-pong, one way). Each size: a median over repetitions of
 // the slowest rank's time. One JSON object per line on rank 0 (bench/scale_model.py reads
 // them to fit latency and bandwidth).
 //   mpirun -np 2 build/bench/collectives_benchmark [--max-bytes N] [--repetitions N]
@@ -71,6 +72,10 @@ int main(int argc, char** argv) {
     const double gather = median_time(world, reps, [&] {
       world.all_gather(local.data(), counts, offsets, all.data());
     });
+    std::vector<float> exchanged(static_cast<size_t>(part) * ranks);
+    const double all_to_all = median_time(world, reps, [&] {
+      world.all_to_all(data.data(), counts, offsets, exchanged.data(), counts, offsets);
+    });
     const double reduce = median_time(world, reps, [&] {
       world.all_reduce_sum(data.data(), data.size());
     });
@@ -89,9 +94,9 @@ int main(int argc, char** argv) {
     }) / 2;
     if (world.rank() == 0) {
       std::printf("%s\n", fmt::format("{{\"ranks\": {}, \"bytes\": {}, \"all_gather_us\": {:.2f}, "
-                                       "\"all_reduce_us\": {:.2f}, \"broadcast_us\": {:.2f}, "
+                                       "\"all_to_all_us\": {:.2f}, \"all_reduce_us\": {:.2f}, \"broadcast_us\": {:.2f}, "
                                        "\"send_us\": {:.2f}}}",
-                                       ranks, bytes, gather * 1e6, reduce * 1e6, broadcast * 1e6,
+                                       ranks, bytes, gather * 1e6, all_to_all * 1e6, reduce * 1e6, broadcast * 1e6,
                                        send * 1e6)
                               .c_str());
       std::fflush(stdout);

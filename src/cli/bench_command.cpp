@@ -366,7 +366,7 @@ Status run_bench(BenchOptions& options) {
     if (model.config().moe.enabled()) {
       // Which experts the runs above chose (hot experts, imbalance) and the expert cache's
       // counters with --experts-mem.
-      boost::json::object experts = server::expert_report_json(model);
+      boost::json::object experts = server::expert_report_json(model, model.expert_load_report());
       experts["test"] = "experts";
       out.push_back(std::move(experts));
     }
@@ -421,7 +421,7 @@ Status run_bench(BenchOptions& options) {
     std::printf("\n");
   }
   if (model.config().moe.enabled()) {
-    const boost::json::object experts = server::expert_report_json(model);
+    const boost::json::object experts = server::expert_report_json(model, model.expert_load_report());
     std::printf("experts  imbalance (most chosen / mean) %.2f at most, %.2f on average over %zu "
                 "MoE layers (tachyon bench --json: every count)\n",
                 experts.at("max_imbalance").to_number<double>(),

@@ -67,6 +67,13 @@ void add_parallel_options(CLI::App& command, ModelOptions& options) {
                   "With --expert-placement: this many spare expert slots per rank and layer, "
                   "holding copies of the most chosen experts that share their tokens (default 0)")
       ->check(CLI::Range(0, 1 << 16));
+  command
+      .add_option("--expert-exchange", options.expert_exchange,
+                  "How the --tp ranks exchange the experts' outputs: all-gather (every pair's "
+                  "row to every rank), all-to-all (each row to the rank summing its token, then "
+                  "the sums gathered: fewer bytes, one more message), or auto (all-to-all from "
+                  "64 KiB of rows per layer; the default). Every choice gives the same tokens")
+      ->check(CLI::IsMember({"auto", "all-gather", "all-to-all"}));
 }
 
 namespace {
@@ -156,7 +163,11 @@ Result<ModelShard> join_job(const ModelOptions& options, const ModelConfig& conf
   if (!options.expert_placement.empty()) {
     TACHYON_ASSIGN_OR_RETURN(shard.expert_placement,
                              place_experts(options, config, world->rank() == 0));
+    shard.expert_spare = options.expert_replicas;
   }
+  shard.expert_exchange = options.expert_exchange == "all-gather"   ? ExpertExchange::kAllGather
+                          : options.expert_exchange == "all-to-all" ? ExpertExchange::kAllToAll
+                                                                    : ExpertExchange::kAuto;
   session.tensor_group = world->split(shard.pp_stage, shard.tp_rank);
   session.world = std::move(world);
   shard.world = session.world.get();
@@ -249,7 +260,7 @@ Result<ModelSession> open_session_here(const ModelOptions& options) {
   if (shard) {  // on stderr: stdout is the command's output (perplexity --json, generate)
     fmt::print(stderr, "tachyon: rank {}: {}; {:.1f} MiB of weights resident\n",
                session.world->rank(), shard->describe(config),
-               static_cast<double>(session.model->weights().arena->allocated_bytes()) / (1 << 20));
+               static_cast<double>(session.model->weights().resident_bytes()) / (1 << 20));
   }
   if (config.vocab_size != session.tokenizer->vocabulary_size()) {
     return with_path(corrupt_data(fmt::format("the embedding has {} rows but the vocabulary {} "

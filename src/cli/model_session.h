@@ -35,6 +35,7 @@ struct ModelOptions {
   int expert_parallel = 0;  // --ep: 0 or --tp (the routed experts go over the TP ranks)
   std::string expert_placement;  // --expert-placement: a measured expert load (JSON file)
   int expert_replicas = 0;       // --expert-replicas: spare expert slots per rank and layer
+  std::string expert_exchange = "auto";  // --expert-exchange: auto, all-gather or all-to-all
   bool distributed() const { return tensor_parallel * pipeline_parallel > 1; }
   // The SnapKV budget the options ask for (0: off).
   int snapkv_budget() const { return kv_evict == "snapkv" ? kv_evict_budget : 0; }

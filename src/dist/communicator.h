@@ -32,6 +32,12 @@ class Communicator {
   // The same collected on `root` only (recv is read only there).
   virtual void gather(const float* send, std::span<const int> counts,
                       std::span<const int> offsets, float* recv, int root) = 0;
+  // Each rank sends `send_counts[r]` floats at `send + send_offsets[r]` to rank r and receives
+  // `recv_counts[r]` floats from rank r at `recv + recv_offsets[r]` (the expert exchange: each
+  // rank's rows go only to the ranks that need them). A rank's counts to itself may be 0.
+  virtual void all_to_all(const float* send, std::span<const int> send_counts,
+                          std::span<const int> send_offsets, float* recv,
+                          std::span<const int> recv_counts, std::span<const int> recv_offsets) = 0;
   // data = the sum over ranks of every rank's data, on every rank (`count` floats).
   virtual void all_reduce_sum(float* data, size_t count) = 0;
   // Point to point, matched by (peer, tag).

@@ -112,6 +112,18 @@ void MpiCommunicator::gather(const float* send, std::span<const int> counts,
               root, comm_of(handle_));
 }
 
+void MpiCommunicator::all_to_all(const float* send, std::span<const int> send_counts,
+                                 std::span<const int> send_offsets, float* recv,
+                                 std::span<const int> recv_counts,
+                                 std::span<const int> recv_offsets) {
+  TACHYON_CHECK(static_cast<int>(send_counts.size()) == size_ &&
+                static_cast<int>(send_offsets.size()) == size_ &&
+                static_cast<int>(recv_counts.size()) == size_ &&
+                static_cast<int>(recv_offsets.size()) == size_);
+  MPI_Alltoallv(send, send_counts.data(), send_offsets.data(), MPI_FLOAT, recv, recv_counts.data(),
+                recv_offsets.data(), MPI_FLOAT, comm_of(handle_));
+}
+
 void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
   for (size_t done = 0; done < count; done += kMaxPiece / sizeof(float)) {
     const size_t piece = std::min(kMaxPiece / sizeof(float), count - done);

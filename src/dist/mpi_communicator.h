@@ -28,6 +28,9 @@ class MpiCommunicator final : public Communicator {
                   float* recv) override;
   void gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
               float* recv, int root) override;
+  void all_to_all(const float* send, std::span<const int> send_counts,
+                  std::span<const int> send_offsets, float* recv, std::span<const int> recv_counts,
+                  std::span<const int> recv_offsets) override;
   void all_reduce_sum(float* data, size_t count) override;
   void send(const void* data, size_t bytes, int peer, int tag) override;
   void receive(void* data, size_t bytes, int peer, int tag) override;

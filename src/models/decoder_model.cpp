@@ -1,6 +1,7 @@
 #include "models/decoder_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -23,8 +24,10 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const GgufFile& file,
   TACHYON_ASSIGN_OR_RETURN(DecoderWeights weights,
                            DecoderWeights::load(file, config, quantize, experts_memory, shard));
   ModelShard part = shard != nullptr ? *shard : ModelShard::whole(config);
-  return std::unique_ptr<DecoderModel>(
+  std::unique_ptr<DecoderModel> model(
       new DecoderModel(std::move(config), std::move(weights), std::move(part)));
+  model->file_ = &file;
+  return model;
 }
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const HfCheckpoint& checkpoint,
@@ -1037,15 +1040,23 @@ void DecoderModel::expert_feed_forward_block(const LayerWeights& layer, int num_
   }
   if (shard_.tp_size > 1) {
     run_experts_over_ranks(experts, num_tokens, pool);
-  } else {
-    run_chosen_experts(experts, w.step_slots, num_tokens, pool);
+    return;
   }
+  run_chosen_experts(experts, w.step_slots, num_tokens, pool);
+  add_expert_outputs(0, num_tokens);
+}
+
+void DecoderModel::add_expert_outputs(int token_begin, int token_end) {
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
   // Expert by expert in id order, so each token sums its experts in the same order whatever
   // else is in the batch (the products give a row the same bits alone or among others).
   for (const int e : w.step_experts) {
     for (int slot = w.expert_offsets[e]; slot < w.expert_offsets[e + 1]; ++slot) {
+      const int token = w.expert_tokens[slot];
+      if (token < token_begin || token >= token_end) continue;
       const float weight = w.expert_token_weights[slot];
-      float* out = w.projected.data() + w.expert_tokens[slot] * hidden;
+      float* out = w.projected.data() + static_cast<int64_t>(token) * hidden;
       const float* y = w.expert_output.data() + slot * hidden;
       for (int64_t c = 0; c < hidden; ++c) out[c] += weight * y[c];
     }
@@ -1080,6 +1091,188 @@ void DecoderModel::run_experts_over_ranks(const ExpertWeights& experts, int num_
   }
   for (int r = 1; r < shard_.tp_size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   run_chosen_experts(experts, w.own_slots, num_tokens, pool);
+  if (exchange_to_token_owners(num_tokens)) {
+    send_expert_rows_to_token_owners(num_tokens);
+    return;
+  }
+  gather_expert_rows(counts, offsets);
+  add_expert_outputs(0, num_tokens);
+}
+
+std::shared_ptr<const ExpertPlacement> DecoderModel::expert_placement() const {
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  return shard_.expert_placement;
+}
+
+ExpertLoadReport DecoderModel::expert_load_report() const {
+  ExpertLoadReport report;
+  report.layers = expert_load_.snapshot();
+  report.rank_imbalance.assign(report.layers.size(), 0.0);
+  const std::shared_ptr<const ExpertPlacement> placement = expert_placement();
+  if (placement != nullptr) {
+    report.expert_parallel = true;
+    report.ranks = placement->num_ranks();
+    report.placed_by_load = placement->measured();
+    report.replicas = placement->replicas(shard_.first_layer, shard_.end_layer);
+    for (size_t i = 0; i < report.layers.size(); ++i) {
+      const ExpertLoad::Layer& layer = report.layers[i];
+      const bool ours = layer.layer >= shard_.first_layer && layer.layer < shard_.end_layer;
+      if (ours && layer.total() > 0) report.rank_imbalance[i] = placement->rank_imbalance(layer);
+    }
+  }
+  if (shard_.pp_size == 1) return report;
+  if (shard_.leader()) {
+    ShardCall call;
+    call.kind = ShardCall::Kind::kExpertLoad;
+    send_shard_call(*shard_.world, call);
+  }
+  // Each stage's first TP rank sends its layers' part; layers of other stages are zero there.
+  const size_t num_layers = report.layers.size();
+  const size_t num_experts = static_cast<size_t>(config_.moe.num_experts);
+  std::vector<uint64_t> counts(num_layers * num_experts + 2);
+  std::vector<double> imbalance(num_layers);
+  if (!shard_.leader()) {
+    if (shard_.tp_rank != 0) return report;
+    for (size_t i = 0; i < num_layers; ++i) {
+      std::copy(report.layers[i].counts.begin(), report.layers[i].counts.end(),
+                counts.begin() + static_cast<int64_t>(i * num_experts));
+    }
+    counts[num_layers * num_experts] = static_cast<uint64_t>(report.replicas);
+    counts[num_layers * num_experts + 1] = report.placed_by_load ? 1 : 0;
+    shard_.world->send(counts.data(), counts.size() * sizeof(uint64_t), 0, kExpertLoadTag);
+    shard_.world->send(report.rank_imbalance.data(), num_layers * sizeof(double), 0,
+                       kExpertLoadTag);
+    return report;
+  }
+  for (int stage = 1; stage < shard_.pp_size; ++stage) {
+    const int from = shard_.world_rank(stage, 0);
+    shard_.world->receive(counts.data(), counts.size() * sizeof(uint64_t), from, kExpertLoadTag);
+    shard_.world->receive(imbalance.data(), num_layers * sizeof(double), from, kExpertLoadTag);
+    for (size_t i = 0; i < num_layers; ++i) {
+      for (size_t e = 0; e < num_experts; ++e) {
+        report.layers[i].counts[e] += counts[i * num_experts + e];
+      }
+      report.rank_imbalance[i] += imbalance[i];
+    }
+    report.replicas += static_cast<int>(counts[num_layers * num_experts]);
+    report.placed_by_load = report.placed_by_load || counts[num_layers * num_experts + 1] != 0;
+  }
+  return report;
+}
+
+Result<ExpertRebalance> DecoderModel::rebalance_experts(int spare) {
+  const int num_experts = config_.moe.num_experts;
+  if (!config_.moe.enabled()) return invalid_argument("the model has no routed experts");
+  if (shard_.tp_size < 2 || shard_.expert_placement == nullptr) {
+    return invalid_argument("experts are placed over the ranks of --tp (mpirun); this model "
+                            "runs with every expert in one process");
+  }
+  if (file_ == nullptr) {
+    return unsupported("rebalancing loads the experts again from the model's GGUF file; this "
+                       "model came from a Hugging Face folder");
+  }
+  if (weights_.expert_cache) {
+    return unsupported("with --experts-mem the experts are read from the file when chosen; "
+                       "rebalancing places resident experts");
+  }
+  if (spare < 0 || spare > num_experts) {
+    return invalid_argument(fmt::format("spare expert slots per rank must be 0-{}", num_experts));
+  }
+  if (shard_.leader()) {
+    ShardCall call;
+    call.kind = ShardCall::Kind::kRebalanceExperts;
+    call.expert_spare = spare;
+    send_shard_call(*shard_.world, call);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  // This stage's counts as its first TP rank recorded them: every TP rank routes the same
+  // tokens, and one copy makes sure that all of them place the experts alike.
+  std::vector<ExpertLoad::Layer> load = expert_load_.snapshot();
+  std::vector<uint64_t> counts;
+  for (const ExpertLoad::Layer& layer : load) {
+    counts.insert(counts.end(), layer.counts.begin(), layer.counts.end());
+  }
+  shard_.tensor_group->broadcast(counts.data(), counts.size() * sizeof(uint64_t), 0);
+  for (size_t i = 0; i < load.size(); ++i) {
+    std::copy_n(counts.begin() + static_cast<int64_t>(i) * num_experts, num_experts,
+                load[i].counts.begin());
+  }
+  // Other stages' layers have no counts here and stay as they are (they are not this rank's).
+  Result<ExpertPlacement> placement =
+      ExpertPlacement::balanced(load, num_experts, shard_.tp_size, spare);
+  // From here on every rank must follow: a failure leaves the ranks out of step.
+  TACHYON_CHECK(placement.ok());
+  auto placed = std::make_shared<const ExpertPlacement>(std::move(*placement));
+  double before = 0, after = 0;
+  int layers = 0;
+  for (const ExpertLoad::Layer& layer : load) {
+    if (layer.total() == 0) continue;
+    before += shard_.expert_placement->rank_imbalance(layer);
+    after += placed->rank_imbalance(layer);
+    ++layers;
+  }
+  ModelShard shard = shard_;
+  shard.expert_placement = placed;
+  TACHYON_RETURN_IF_ERROR(weights_.reload_experts(*file_, config_, shard));
+  {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    shard_.expert_placement = std::move(placed);
+    shard_.expert_spare = spare;
+  }
+  // Each rank's part of the report; the leader adds them up.
+  const bool first_tp_rank = shard_.tp_rank == 0;
+  float mine[] = {first_tp_rank ? static_cast<float>(layers) : 0.0f,
+                  first_tp_rank ? static_cast<float>(shard_.expert_placement->replicas(
+                                      shard_.first_layer, shard_.end_layer))
+                                : 0.0f,
+                  first_tp_rank ? static_cast<float>(before) : 0.0f,
+                  first_tp_rank ? static_cast<float>(after) : 0.0f,
+                  static_cast<float>(std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count()),
+                  static_cast<float>(static_cast<double>(weights_.resident_bytes()) / (1 << 20))};
+  constexpr int kFields = static_cast<int>(std::size(mine));
+  const int ranks = shard_.world->size();
+  std::vector<int> part_counts(ranks, kFields), offsets(ranks);
+  for (int r = 0; r < ranks; ++r) offsets[r] = r * kFields;
+  std::vector<float> all(static_cast<size_t>(ranks) * kFields);
+  shard_.world->gather(mine, part_counts, offsets, all.data(), 0);
+  ExpertRebalance report;
+  if (!shard_.leader()) return report;
+  double sum_before = 0, sum_after = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const float* part = all.data() + r * kFields;
+    report.layers += static_cast<int>(part[0]);
+    report.replicas += static_cast<int>(part[1]);
+    sum_before += part[2];
+    sum_after += part[3];
+    report.seconds = std::max(report.seconds, static_cast<double>(part[4]));
+    report.max_rank_weights_mib = std::max(report.max_rank_weights_mib, static_cast<double>(part[5]));
+  }
+  if (report.layers > 0) {
+    report.imbalance_before = sum_before / report.layers;
+    report.imbalance_after = sum_after / report.layers;
+  }
+  return report;
+}
+
+bool DecoderModel::exchange_to_token_owners(int num_tokens) const {
+  switch (shard_.expert_exchange) {
+    case ExpertExchange::kAllGather: return false;
+    case ExpertExchange::kAllToAll: return true;
+    case ExpertExchange::kAuto: break;
+  }
+  // The all-gather moves every pair's row to every rank in one collective; the all-to-all moves
+  // about 1/N of them and then every token's sum once, in two collectives. Small steps (one
+  // sequence's decode) pay latency more than bytes.
+  const int64_t pairs = static_cast<int64_t>(workspace_.expert_tokens.size());
+  const int64_t gather_bytes = pairs * config_.hidden_size * static_cast<int64_t>(sizeof(float));
+  return gather_bytes >= kAllToAllMinBytes && pairs > num_tokens;
+}
+
+void DecoderModel::gather_expert_rows(std::span<const int> counts, std::span<const int> offsets) {
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
   // When the ranks' shares are consecutive slots in rank order (consecutive ids, no copies),
   // the rows are gathered where they belong.
   bool in_slot_order = true;
@@ -1110,6 +1303,72 @@ void DecoderModel::run_experts_over_ranks(const ExpertWeights& experts, int num_
     std::copy_n(row, floats, w.expert_output.data() + slots.first * hidden);
     row += floats;
   }
+}
+
+void DecoderModel::send_expert_rows_to_token_owners(int num_tokens) {
+  Workspace& w = workspace_;
+  const int64_t hidden = config_.hidden_size;
+  const int ranks = shard_.tp_size;
+  const int me = shard_.tp_rank;
+  // Each rank sums the experts of a consecutive range of the step's tokens.
+  const RowSplit tokens = RowSplit::even(num_tokens, ranks, 1);
+  auto token_owner = [&](int token) {
+    return static_cast<int>(std::upper_bound(tokens.begin.begin() + 1, tokens.begin.end(), token) -
+                            (tokens.begin.begin() + 1));
+  };
+  // Which of this rank's rows go to which rank, and which rows come from which rank: every rank
+  // walks the shares in the same order (rank_slots), so both ends list a message's rows alike.
+  w.send_rows.resize(ranks);
+  w.receive_rows.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    w.send_rows[r].clear();
+    w.receive_rows[r].clear();
+  }
+  for (const auto& [rank, slots] : w.rank_slots) {
+    for (int slot = slots.first; slot < slots.end; ++slot) {
+      const int owner = token_owner(w.expert_tokens[slot]);
+      if (rank == me && owner != me) w.send_rows[owner].push_back(slot);
+      if (rank != me && owner == me) w.receive_rows[rank].push_back(slot);
+    }
+  }
+  std::vector<int> send_counts(ranks), send_offsets(ranks), receive_counts(ranks),
+      receive_offsets(ranks);
+  int64_t send_floats = 0, receive_floats = 0;
+  for (int r = 0; r < ranks; ++r) {
+    send_offsets[r] = static_cast<int>(send_floats);
+    send_counts[r] = static_cast<int>(w.send_rows[r].size() * hidden);
+    send_floats += send_counts[r];
+    receive_offsets[r] = static_cast<int>(receive_floats);
+    receive_counts[r] = static_cast<int>(w.receive_rows[r].size() * hidden);
+    receive_floats += receive_counts[r];
+  }
+  w.expert_exchange.resize(static_cast<size_t>(send_floats + receive_floats));
+  float* send = w.expert_exchange.data();
+  float* receive = send + send_floats;
+  for (int r = 0; r < ranks; ++r) {
+    for (const int slot : w.send_rows[r]) {
+      std::copy_n(w.expert_output.data() + slot * hidden, hidden, send);
+      send += hidden;
+    }
+  }
+  shard_.tensor_group->all_to_all(w.expert_exchange.data(), send_counts, send_offsets, receive,
+                                  receive_counts, receive_offsets);
+  for (int r = 0; r < ranks; ++r) {
+    for (const int slot : w.receive_rows[r]) {
+      std::copy_n(receive, hidden, w.expert_output.data() + slot * hidden);
+      receive += hidden;
+    }
+  }
+  // This rank's tokens get their experts' sum, then every rank gets every token's.
+  add_expert_outputs(static_cast<int>(tokens.first(me)),
+                     static_cast<int>(tokens.first(me) + tokens.count(me)));
+  std::vector<int> counts(ranks), offsets(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    counts[r] = static_cast<int>(tokens.count(r) * hidden);
+    offsets[r] = static_cast<int>(tokens.first(r) * hidden);
+  }
+  shard_.tensor_group->all_gather(w.projected.data() + offsets[me], counts, offsets,
+                                  w.projected.data());
 }
 
 void DecoderModel::run_chosen_experts(const ExpertWeights& experts,

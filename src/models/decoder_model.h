@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -33,6 +34,30 @@ using TokenIndex = int32_t;
 // its CPU backend runs row by row; slower, for checking against llama.cpp).
 enum class Numerics { kNative, kLlamaCpp };
 
+// What DecoderModel::rebalance_experts did, over every rank of the job.
+struct ExpertRebalance {
+  int layers = 0;    // MoE layers placed by their measured load
+  int replicas = 0;  // expert copies beyond one per expert, over those layers
+  // The most loaded rank's expected share of the pairs over the mean share (1: even), by the
+  // load measured so far, averaged over those layers: with the old placement and the new one.
+  double imbalance_before = 0;
+  double imbalance_after = 0;
+  double seconds = 0;               // the slowest rank's time
+  double max_rank_weights_mib = 0;  // the largest rank's weights in memory afterwards
+};
+
+// The routed experts' load in every MoE layer of the model, with how evenly the TP ranks share
+// each under the current placement (DecoderModel::expert_load_report).
+struct ExpertLoadReport {
+  std::vector<ExpertLoad::Layer> layers;  // every MoE layer's selection counts
+  std::vector<double> rank_imbalance;     // [layers]: the most loaded rank's share over the
+                                          // mean (ExpertPlacement); 0: one process or no load
+  bool expert_parallel = false;           // experts placed over TP ranks
+  int ranks = 1;                          // TP ranks
+  bool placed_by_load = false;            // by --expert-placement or a rebalance
+  int replicas = 0;                       // expert copies beyond one per expert, all stages
+};
+
 class DecoderModel {
  public:
   // The model reads its weights from `file`, which must outlive it.
@@ -60,6 +85,21 @@ class DecoderModel {
   // How often each routed expert was chosen (MoE models; empty otherwise). Thread-safe.
   const ExpertLoad& expert_load() const { return expert_load_; }
   ExpertLoad& expert_load() { return expert_load_; }
+  // Expert parallelism (--tp ranks holding routed experts): places the experts over the TP
+  // ranks anew by the load measured since start (ExpertPlacement::balanced, `spare` copies per
+  // rank and layer) and loads each rank's new experts from the model file, freeing those it no
+  // longer holds. The leader calls it between forward passes and sends it to every follower
+  // (ShardFollower runs it there). The tokens stay the same: where a pair is computed never
+  // changes its bits. Errors, before anything changes: one process, no routed experts, a model
+  // from a Hugging Face folder, --experts-mem.
+  Result<ExpertRebalance> rebalance_experts(int spare);
+  // The routed experts' placement over the TP ranks now (null in one process). Thread-safe
+  // (rebalance_experts replaces it).
+  std::shared_ptr<const ExpertPlacement> expert_placement() const;
+  // The expert load of every stage. Under --pp the leader's counts cover only its own layers,
+  // so it asks the other stages (a call to every follower; ShardFollower answers): then only
+  // between forward passes, on the thread that runs them. Without stages, any thread.
+  ExpertLoadReport expert_load_report() const;
   // With --experts-mem, the resident experts' cache (its counters are thread-safe); else null.
   const ExpertCache* expert_cache() const { return weights_.expert_cache.get(); }
 
@@ -200,6 +240,10 @@ class DecoderModel {
     std::vector<std::pair<int, ExpertSlots>> rank_slots;
     std::vector<ExpertSlots> own_slots;
     AlignedVector<float> expert_exchange;
+    // The all-to-all exchange: per rank, the slots whose rows this rank sends it / receives
+    // from it, in message order.
+    std::vector<std::vector<int>> send_rows;
+    std::vector<std::vector<int>> receive_rows;
     std::vector<ExpertCache::Resident> resident_experts;
     AlignedVector<float> next_router_logits;  // f32 [tokens, experts]
     std::vector<int> next_chosen;             // [experts_per_token]
@@ -285,8 +329,25 @@ class DecoderModel {
   // this rank's hidden rows: the output projection of attention and the FFN's down.
   void project_to_hidden(const kernels::WeightMatrix& weight, const float* local,
                          const RowSplit& split, int num_tokens, ThreadPool& pool);
-  // Expert parallelism: this rank's share of the step's pairs, then every rank's rows.
+  // workspace_.projected's rows of tokens [token_begin, token_end) += their experts' outputs
+  // (workspace_.expert_output) times their weights, in expert-id order.
+  void add_expert_outputs(int token_begin, int token_end);
+  // Expert parallelism: this rank's share of the step's pairs, then the exchange, after which
+  // every rank has workspace_.projected whole (with the same bits as one process).
   void run_experts_over_ranks(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
+  // Whether this step's exchange goes through send_expert_rows_to_token_owners (else
+  // gather_expert_rows); ModelShard::expert_exchange, by the step's bytes when automatic.
+  bool exchange_to_token_owners(int num_tokens) const;
+  // Every rank's rows (`counts` / `offsets`: floats per rank in rank_slots' order) to every
+  // rank, each back in its slot of workspace_.expert_output.
+  void gather_expert_rows(std::span<const int> counts, std::span<const int> offsets);
+  // Each row to the rank that sums its token (the tokens split in consecutive ranges; an
+  // all-to-all), each rank sums its tokens' experts, then the sums are all-gathered: about 1/N
+  // of the pairs' rows and one row per token move instead of every pair's row.
+  void send_expert_rows_to_token_owners(int num_tokens);
+  // Automatic exchange: steps whose all-gather would move fewer bytes than this use it (one
+  // collective; the all-to-all's two cost more latency than they save).
+  static constexpr int64_t kAllToAllMinBytes = 64 * 1024;
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after
   // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
   void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
@@ -326,6 +387,8 @@ class DecoderModel {
   ModelConfig config_;
   DecoderWeights weights_;
   ModelShard shard_;
+  const GgufFile* file_ = nullptr;  // the weights' file (GGUF models; rebalance_experts)
+  mutable std::mutex placement_mutex_;  // guards shard_.expert_placement's replacement
   RowSplit query_rows_;       // the q_size rows by TP rank (its KV heads' query heads)
   RowSplit head_value_rows_;  // MLA: the heads' values (heads * v_head_dim) by TP rank
   // The key (and value) floats per token this rank caches: its KV heads', MLA's whole latent.

@@ -42,6 +42,8 @@ class TensorLoader {
 
   // --experts-mem: the routed experts stay in the file (ExpertCache reads them when chosen).
   bool experts_in_file() const { return experts_in_file_; }
+  // Working copies go to `arena` from now on (null: the weights' own).
+  void set_arena(HugePageArena* arena) { arena_ = arena; }
 
   // A matrix with GGUF shape [cols, rows]; with `count` >= 0 only its rows [first, first +
   // count) (a tensor-parallel rank's), whose bytes alone are read.
@@ -174,13 +176,14 @@ class TensorLoader {
     static const bool repack =
         std::getenv("TACHYON_NO_REPACK") == nullptr &&
         kernels::active_kernel_level() != kernels::KernelLevel::kReference;
+    HugePageArena& arena = arena_ != nullptr ? *arena_ : *weights_.arena;
     if (repack && kernels::RepackedWeights::supports(w)) {
-      uint8_t* packed = weights_.arena->allocate(kernels::RepackedWeights::packed_bytes(w));
+      uint8_t* packed = arena.allocate(kernels::RepackedWeights::packed_bytes(w));
       kernels::RepackedWeights::repack_into(w, packed);
       w.packed = packed;
     } else {
       const size_t bytes = w.row_bytes() * static_cast<size_t>(rows);
-      uint8_t* copy = weights_.arena->allocate(bytes);
+      uint8_t* copy = arena.allocate(bytes);
       std::memcpy(copy, w.data, bytes);
       w.data = copy;
     }
@@ -278,6 +281,7 @@ class TensorLoader {
   DecoderWeights& weights_;
   std::optional<DType> quantize_;
   bool experts_in_file_ = false;
+  HugePageArena* arena_ = nullptr;
 };
 
 // GGUF: the names are the loader's.
@@ -581,6 +585,34 @@ Status load_latent_attention(TensorLoader& load, const ModelConfig& config,
   return Status();
 }
 
+// Model layer `layer`'s routed experts (`prefix`: "blk.N."), of them only `shard`'s: in memory
+// of the layer's own (ExpertWeights::routed_memory), so that a new placement can free them.
+Status load_routed_experts(TensorLoader& load, const ModelConfig& config, const ModelShard& shard,
+                           int layer, const std::string& prefix, ExpertWeights& experts) {
+  const MixtureOfExpertsConfig& moe = config.moe;
+  const int64_t hidden = config.hidden_size;
+  const bool in_file = load.experts_in_file();
+  const std::function<bool(int)> own = [&shard, layer](int e) {
+    return shard.owns_expert(layer, e);
+  };
+  experts.routed_memory = in_file ? nullptr : std::make_shared<HugePageArena>();
+  load.set_arena(experts.routed_memory.get());
+  Status status = [&]() -> Status {
+    TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
+                                                         moe.num_experts, moe.expert_ffn_size,
+                                                         hidden, in_file, own));
+    TACHYON_ASSIGN_OR_RETURN(experts.up, load.matrices(prefix + "ffn_up_exps.weight",
+                                                       moe.num_experts, moe.expert_ffn_size,
+                                                       hidden, in_file, own));
+    TACHYON_ASSIGN_OR_RETURN(experts.down, load.matrices(prefix + "ffn_down_exps.weight",
+                                                         moe.num_experts, hidden,
+                                                         moe.expert_ffn_size, in_file, own));
+    return Status();
+  }();
+  load.set_arena(nullptr);
+  return status;
+}
+
 // A layer's router and experts (`prefix`: "blk.N."): of the routed ones only `shard`'s.
 Status load_experts(TensorLoader& load, const ModelConfig& config, const ModelShard& shard,
                     int layer, const std::string& prefix, ExpertWeights& experts) {
@@ -592,19 +624,7 @@ Status load_experts(TensorLoader& load, const ModelConfig& config, const ModelSh
     TACHYON_ASSIGN_OR_RETURN(experts.selection_bias,
                              load.vector(prefix + "exp_probs_b.bias", moe.num_experts));
   }
-  const bool in_file = load.experts_in_file();
-  const std::function<bool(int)> own = [&shard, layer](int e) {
-    return shard.owns_expert(layer, e);
-  };
-  TACHYON_ASSIGN_OR_RETURN(experts.gate, load.matrices(prefix + "ffn_gate_exps.weight",
-                                                       moe.num_experts, moe.expert_ffn_size,
-                                                       hidden, in_file, own));
-  TACHYON_ASSIGN_OR_RETURN(experts.up, load.matrices(prefix + "ffn_up_exps.weight",
-                                                     moe.num_experts, moe.expert_ffn_size, hidden,
-                                                     in_file, own));
-  TACHYON_ASSIGN_OR_RETURN(experts.down,
-                           load.matrices(prefix + "ffn_down_exps.weight", moe.num_experts, hidden,
-                                         moe.expert_ffn_size, in_file, own));
+  TACHYON_RETURN_IF_ERROR(load_routed_experts(load, config, shard, layer, prefix, experts));
   if (moe.shared_ffn_size > 0) {
     TACHYON_ASSIGN_OR_RETURN(experts.shared_gate, load.matrix(prefix + "ffn_gate_shexp.weight",
                                                               moe.shared_ffn_size, hidden));
@@ -807,6 +827,7 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
   }
   TACHYON_RETURN_IF_ERROR(load_tensors(gguf_lookup(file), config, quantize, experts_in_file,
                                        part, weights));
+  weights.quantize = quantize;
   if (experts_in_file) {
     static const bool repack = std::getenv("TACHYON_NO_REPACK") == nullptr;
     TACHYON_ASSIGN_OR_RETURN(weights.expert_cache,
@@ -823,6 +844,37 @@ Result<DecoderWeights> DecoderWeights::load(const GgufFile& file, const ModelCon
     TACHYON_RETURN_IF_ERROR(weights.expert_cache->allocate(experts_memory));
   }
   return weights;
+}
+
+Status DecoderWeights::reload_experts(const GgufFile& file, const ModelConfig& config,
+                                      const ModelShard& shard) {
+  if (expert_cache) return unsupported("--experts-mem reads experts from the file as chosen");
+  TensorLoader load(gguf_lookup(file), *this, quantize, /*experts_in_file=*/false);
+  for (LayerWeights& layer : layers) {
+    if (!layer.has_experts) continue;
+    // The layer's new experts first, then its old ones freed (one layer's worth more memory
+    // at a time).
+    ExpertWeights fresh;
+    const int index = layer.experts.model_layer;
+    TACHYON_RETURN_IF_ERROR(load_routed_experts(load, config, shard, index,
+                                                fmt::format("blk.{}.", index), fresh));
+    layer.experts.gate = std::move(fresh.gate);
+    layer.experts.up = std::move(fresh.up);
+    layer.experts.down = std::move(fresh.down);
+    layer.experts.routed_memory = std::move(fresh.routed_memory);
+  }
+  set_decode_prefetch();
+  return Status();
+}
+
+size_t DecoderWeights::resident_bytes() const {
+  size_t bytes = arena->allocated_bytes();
+  auto add = [&bytes](const ExpertWeights& experts) {
+    if (experts.routed_memory) bytes += experts.routed_memory->allocated_bytes();
+  };
+  for (const LayerWeights& layer : layers) add(layer.experts);
+  for (const MtpLayerWeights& mtp : mtp_layers) add(mtp.layer.experts);
+  return bytes;
 }
 
 Result<DecoderWeights> DecoderWeights::load(const HfCheckpoint& checkpoint,

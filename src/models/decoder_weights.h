@@ -47,6 +47,9 @@ struct ExpertWeights {
   // DecoderWeights::expert_cache gives the chosen ones under this index. -1: resident.
   int cache_layer = -1;
   int model_layer = -1;  // the layer's index in the model (MTP layers after the trunk's)
+  // The resident routed experts' working copies (a layer's own memory, freed when a new
+  // placement loads the layer's experts again); null with --experts-mem.
+  std::shared_ptr<HugePageArena> routed_memory;
 };
 
 struct LayerWeights {
@@ -112,6 +115,12 @@ struct DecoderWeights {
   static Result<DecoderWeights> load(const HfCheckpoint& checkpoint, const ModelConfig& config,
                                      std::optional<DType> quantize = std::nullopt,
                                      const ModelShard* shard = nullptr);
+  // Expert parallelism: loads the routed experts `shard` owns (a new ExpertPlacement) in every
+  // MoE layer of the stage from `file` again, the same way as at load, layer by layer, freeing
+  // each layer's old ones. Not with --experts-mem.
+  Status reload_experts(const GgufFile& file, const ModelConfig& config, const ModelShard& shard);
+  // Bytes of working copies in memory (the arena and every layer's routed experts).
+  size_t resident_bytes() const;
   // Tells every matrix how far ahead the decode kernels should prefetch it, from the bytes a
   // decode step streams (kernels::decode_prefetch_bytes: near when they come from memory).
   void set_decode_prefetch();
@@ -119,6 +128,7 @@ struct DecoderWeights {
   // experts the experts_per_token it chooses.
   double decode_weight_bytes() const;
 
+  std::optional<DType> quantize;  // as loaded (--quantize), for reload_experts
   // Vectors stored in another type than f32 (rare) are converted once and kept here.
   std::vector<std::unique_ptr<std::vector<float>>> converted_vectors;
   // Matrices rearranged at load (Hugging Face Q/K rows for the llama layout), before copying.

@@ -126,6 +126,18 @@ int ExpertPlacement::replicas() const {
   return extra;
 }
 
+int ExpertPlacement::replicas(int first_layer, int end_layer) const {
+  int extra = 0;
+  for (int layer = std::max(first_layer, 0);
+       layer < std::min(end_layer, static_cast<int>(layer_index_.size())); ++layer) {
+    if (layer_index_[layer] < 0) continue;
+    for (const std::vector<int>& held : layers_[layer_index_[layer]]) {
+      extra += static_cast<int>(held.size()) - 1;
+    }
+  }
+  return extra;
+}
+
 double ExpertPlacement::rank_imbalance(const ExpertLoad::Layer& layer) const {
   const Owners& owners = layer_owners(layer.layer);
   std::vector<double> rank_load(ranks_, 0.0);

@@ -36,8 +36,9 @@ class ExpertPlacement {
   int num_ranks() const { return ranks_; }
   // Whether any layer is placed by a measured load (else: consecutive ids everywhere).
   bool measured() const { return !layers_.empty(); }
-  // Copies beyond one per expert, over all layers.
+  // Copies beyond one per expert, over all layers (or model layers [first_layer, end_layer)).
   int replicas() const;
+  int replicas(int first_layer, int end_layer) const;
   // A layer's most loaded rank's expected share over the mean share (1: even), by `load`.
   double rank_imbalance(const ExpertLoad::Layer& layer) const;
   // "experts placed by measured load in 3 layers, 6 extra copies; ..." for logs.

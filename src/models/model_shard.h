@@ -35,6 +35,14 @@ struct RowSplit {
   static RowSplit even(int64_t total, int parts, int64_t unit);
 };
 
+// How expert-parallel ranks exchange the routed experts' output rows; every choice gives the
+// same bits (each token's experts are summed in id order by one rank).
+enum class ExpertExchange {
+  kAuto,       // by the step's bytes (DecoderModel::exchange_to_token_owners)
+  kAllGather,  // every pair's row to every rank; each rank sums every token
+  kAllToAll,   // each row to the rank summing its token, then the sums all-gathered
+};
+
 struct ModelShard {
   int tp_rank = 0;
   int tp_size = 1;
@@ -56,6 +64,8 @@ struct ModelShard {
   // hot ones on several ranks).
   RowSplit experts;
   std::shared_ptr<const ExpertPlacement> expert_placement;
+  int expert_spare = 0;  // --expert-replicas: the placement's spare slots per rank and layer
+  ExpertExchange expert_exchange = ExpertExchange::kAuto;
   // Every rank of the job (the leader's calls, stage to stage), and this stage's TP ranks.
   // Null in one process.
   dist::Communicator* world = nullptr;

@@ -66,7 +66,8 @@ std::vector<uint8_t> ShardCall::encode() const {
   Writer out;
   out.value(cache_id);
   out.value(static_cast<int32_t>(cache_type));
-  for (int v : {capacity, num_local_blocks, start_position, num_logits, position_offset}) {
+  for (int v :
+       {capacity, num_local_blocks, start_position, num_logits, position_offset, expert_spare}) {
     out.value<int32_t>(v);
   }
   out.vector(tokens);
@@ -95,7 +96,7 @@ ShardCall ShardCall::decode(const std::vector<uint8_t>& bytes) {
   call.cache_id = in.value<uint64_t>();
   call.cache_type = static_cast<DType>(in.value<int32_t>());
   for (int* v : {&call.capacity, &call.num_local_blocks, &call.start_position, &call.num_logits,
-                 &call.position_offset}) {
+                 &call.position_offset, &call.expert_spare}) {
     *v = in.value<int32_t>();
   }
   in.vector(call.tokens);

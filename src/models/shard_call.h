@@ -1,6 +1,6 @@
 // What the leader of a model split over several processes asks every follower to run: one of
 // DecoderModel's forward passes with its arguments and the geometry of the cache it runs on,
-// or stop. The leader decides every step (batching, paging, prefix reuse), so each follower's
+// a new expert placement, or stop. The leader decides every step (batching, paging, prefix reuse), so each follower's
 // cache holds the same positions in the same blocks as the leader's.
 #pragma once
 
@@ -16,9 +16,19 @@ namespace tachyon {
 // Tags of the point-to-point messages of a forward pass.
 inline constexpr int kResidualTag = 1;  // the residual stream, stage to stage
 inline constexpr int kLogitsTag = 2;    // the last stage's logits, to the leader
+inline constexpr int kExpertLoadTag = 3;  // a stage's expert load, to the leader
 
 struct ShardCall {
-  enum class Kind : uint32_t { kStop = 0, kForward = 1, kForwardBatch = 2 };
+  // kRebalanceExperts: place the routed experts anew by the measured load
+  // (DecoderModel::rebalance_experts); kExpertLoad: send the stage's expert load to the leader
+  // (DecoderModel::expert_load_report).
+  enum class Kind : uint32_t {
+    kStop = 0,
+    kForward = 1,
+    kForwardBatch = 2,
+    kRebalanceExperts = 3,
+    kExpertLoad = 4,
+  };
   Kind kind = Kind::kStop;
   uint64_t cache_id = 0;  // names the leader's cache; a follower keeps one of its own per name
   DType cache_type = DType::kF16;
@@ -28,6 +38,7 @@ struct ShardCall {
   int start_position = 0;
   int num_logits = 0;
   int position_offset = 0;
+  int expert_spare = 0;  // kRebalanceExperts: spare expert slots per rank and layer
   std::vector<int32_t> tokens;
   ForwardBatch batch;  // kForwardBatch's
 

@@ -44,6 +44,19 @@ Status ShardFollower::run() {
   for (;;) {
     const ShardCall call = receive_shard_call(world);
     if (call.kind == ShardCall::Kind::kStop) return Status();
+    if (call.kind == ShardCall::Kind::kRebalanceExperts) {
+      Result<ExpertRebalance> done = model_.rebalance_experts(call.expert_spare);
+      if (!done.ok()) {
+        return Status(done.status().code(),
+                      fmt::format("rank {}: the leader's expert rebalancing failed here: {}",
+                                  world.rank(), done.status().message()));
+      }
+      continue;
+    }
+    if (call.kind == ShardCall::Kind::kExpertLoad) {
+      model_.expert_load_report();
+      continue;
+    }
     TACHYON_ASSIGN_OR_RETURN(Cache * cache, cache_for(call));
     Status status;
     if (call.kind == ShardCall::Kind::kForward) {

@@ -249,6 +249,10 @@ bool Engine::stop_within(std::chrono::milliseconds limit) {
 }
 
 void Engine::cancel(RequestId id) { core_->cancel(id); }
+
+void Engine::run_between_steps(std::function<void(DecoderModel&)> task) {
+  core_->run_between_steps(std::move(task));
+}
 int Engine::max_context() const { return core_->max_context(); }
 EngineMetrics Engine::metrics() const { return core_->metrics(); }
 const EngineOptions& Engine::options() const { return core_->options(); }

@@ -99,6 +99,11 @@ class Engine {
   // are freed within one engine step. Unknown or finished ids are ignored.
   void cancel(RequestId id);
 
+  // Runs `task` on the engine thread between two steps, with the engine's model (the only time
+  // another caller may change it: nothing else runs on it meanwhile); returns at once. A task
+  // still queued when the engine stops is dropped (destroyed without running).
+  void run_between_steps(std::function<void(DecoderModel&)> task);
+
   // For when the engine thread cannot be reached: it waits inside a step for another process of
   // a distributed job that is gone. Every request submitted and not yet finished ends now, from
   // the calling thread, with `reason`; later submits fail with kUnavailable.

@@ -113,6 +113,12 @@ void EngineCore::cancel(RequestId id) {
   inbox_ready_.notify_one();
 }
 
+void EngineCore::run_between_steps(std::function<void(DecoderModel&)> task) {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  tasks_.push_back(std::move(task));
+  inbox_ready_.notify_one();
+}
+
 void EngineCore::stop() {
   std::lock_guard<std::mutex> lock(inbox_mutex_);
   stopping_ = true;
@@ -127,17 +133,21 @@ EngineMetrics EngineCore::metrics() const {
 bool EngineCore::take_inbox() {
   std::vector<Submission> submissions;
   std::vector<RequestId> cancellations;
+  std::vector<std::function<void(DecoderModel&)>> tasks;
   {
     std::unique_lock<std::mutex> lock(inbox_mutex_);
     // Sleep only when there is nothing to do at all.
     inbox_ready_.wait(lock, [&] {
-      return stopping_ || !submissions_.empty() || !cancellations_.empty() ||
+      return stopping_ || !submissions_.empty() || !cancellations_.empty() || !tasks_.empty() ||
              scheduler_.has_work();
     });
     if (stopping_) return false;
     submissions.swap(submissions_);
     cancellations.swap(cancellations_);
+    tasks.swap(tasks_);
   }
+  // No forward pass is in flight here.
+  for (auto& task : tasks) task(model_);
   for (Submission& submission : submissions) {
     auto request = std::make_unique<Request>();
     request->id = submission.id;
@@ -630,6 +640,7 @@ void EngineCore::run() {
       submission.stream->push(std::move(output));
     }
     submissions_.clear();
+    tasks_.clear();  // dropped: whoever waits on one learns that it will not run
   }
   publish_metrics(0);
 }

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -62,6 +63,8 @@ class EngineCore {
   // Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request, std::function<void()> notify);
   void cancel(RequestId id);
+  // Runs `task` on the engine thread before the next step (Engine::run_between_steps).
+  void run_between_steps(std::function<void(DecoderModel&)> task);
   void stop();
   EngineMetrics metrics() const;
   int max_context() const { return max_context_; }
@@ -178,6 +181,7 @@ class EngineCore {
   std::condition_variable inbox_ready_;
   std::vector<Submission> submissions_;
   std::vector<RequestId> cancellations_;
+  std::vector<std::function<void(DecoderModel&)>> tasks_;
   bool stopping_ = false;
   RequestId next_id_ = 1;
 

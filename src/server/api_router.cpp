@@ -26,6 +26,22 @@ namespace {
 
 namespace json = boost::json;
 
+// A task of the engine thread's (Engine::run_between_steps) is done: polled, so that the I/O
+// thread never blocks.
+template <typename T>
+asio::awaitable<void> wait_until_ready(std::future<T>& result) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+// The engine dropped a task it had not run (it stopped).
+ApiError engine_stopped() {
+  return ApiError::unavailable("The server is shutting down", "shutting_down", 1);
+}
+
 // Seconds a client should wait before asking again while the model loads.
 constexpr int kLoadingRetryAfterSeconds = 2;
 
@@ -50,6 +66,7 @@ enum class Route {
   kTokenize,
   kDetokenize,
   kAdminExperts,
+  kAdminRebalanceExperts,
 };
 
 struct RouteMatch {
@@ -71,6 +88,9 @@ RouteMatch match_route(std::string_view path) {
   if (path == "/tokenize") return {Route::kTokenize, http::verb::post, {}};
   if (path == "/detokenize") return {Route::kDetokenize, http::verb::post, {}};
   if (path == "/admin/experts") return {Route::kAdminExperts, http::verb::get, {}};
+  if (path == "/admin/experts/rebalance") {
+    return {Route::kAdminRebalanceExperts, http::verb::post, {}};
+  }
   return {};
 }
 
@@ -94,12 +114,14 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
   // Every route but /health (and /metrics when public) needs a valid key when auth is on; the
   // admin routes need the admin key instead.
   std::optional<gateway::Tenant> tenant;
-  if (match.route == Route::kAdminExperts) {
+  const bool admin_route =
+      match.route == Route::kAdminExperts || match.route == Route::kAdminRebalanceExperts;
+  if (admin_route) {
     if (std::optional<ApiError> denied = authorize_admin(request)) {
       co_return co_await connection.send_error(*denied);
     }
   }
-  const bool open_route = match.route == Route::kHealth || match.route == Route::kAdminExperts ||
+  const bool open_route = match.route == Route::kHealth || admin_route ||
                           (match.route == Route::kMetrics && context_.options().public_metrics);
   if (context_.gateway() != nullptr && !open_route) {
     std::optional<ApiError> auth_error = authenticate(request, connection, tenant);
@@ -119,7 +141,9 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
     case Route::kDetokenize:
       co_return co_await send(connection, detokenize(request));
     case Route::kAdminExperts:
-      co_return co_await send(connection, admin_experts());
+      co_return co_await admin_experts(connection);
+    case Route::kAdminRebalanceExperts:
+      co_return co_await rebalance_experts(connection, request);
     case Route::kChatCompletions:
       co_return co_await complete(connection, request, Endpoint::kChatCompletions, tenant);
     case Route::kCompletions:
@@ -232,13 +256,98 @@ std::optional<ApiError> ApiRouter::authorize_admin(const HttpRequest& request) c
   return std::nullopt;
 }
 
-ApiRouter::Reply ApiRouter::admin_experts() const {
+asio::awaitable<bool> ApiRouter::admin_experts(Connection& connection) {
+  Reply reply;
+  std::shared_ptr<const ServedModel> model = loaded_model(reply.error);
+  if (!reply.error && model->model == nullptr) {
+    reply = failed(ApiError::internal("the model is not available"));
+  }
+  if (reply.error) co_return co_await send(connection, std::move(reply));
+  if (model->model->shard().pp_size == 1 || model->engine == nullptr) {
+    co_return co_await send(connection, experts_reply(*model->model,
+                                                      model->model->expert_load_report()));
+  }
+  // Pipeline stages: the other stages' counts come over MPI, between two engine steps.
+  auto promise = std::make_shared<std::promise<ExpertLoadReport>>();
+  std::future<ExpertLoadReport> result = promise->get_future();
+  model->engine->run_between_steps([promise](DecoderModel& running) {
+    promise->set_value(running.expert_load_report());
+  });
+  co_await wait_until_ready(result);
+  co_return co_await send(connection, experts_reply(*model->model, result));
+}
+
+ApiRouter::Reply ApiRouter::experts_reply(const DecoderModel& model,
+                                          const ExpertLoadReport& load) {
+  Reply reply;
+  reply.json = expert_report_json(model, load);
+  return reply;
+}
+
+ApiRouter::Reply ApiRouter::experts_reply(const DecoderModel& model,
+                                          std::future<ExpertLoadReport>& result) {
+  try {
+    return experts_reply(model, result.get());
+  } catch (const std::future_error&) {
+    return failed(engine_stopped());
+  }
+}
+
+ApiRouter::Reply ApiRouter::rebalance_request(const HttpRequest& request, int& spare) const {
   Reply reply;
   std::shared_ptr<const ServedModel> model = loaded_model(reply.error);
   if (reply.error) return reply;
-  if (model->model == nullptr) return failed(ApiError::internal("the model is not available"));
-  reply.json = expert_report_json(*model->model);
+  if (model->model == nullptr || model->engine == nullptr) {
+    return failed(ApiError::internal("the model is not available"));
+  }
+  spare = model->model->shard().expert_spare;
+  if (request.body().find_first_not_of(" \t\r\n") == std::string::npos) return reply;  // defaults
+  json::value body;
+  reply.error = parse_json_body(request.body(), body);
+  if (reply.error) return reply;
+  for (const auto& [key, value] : body.get_object()) {
+    if (key != "replicas") {
+      return failed(ApiError::invalid_request(
+          fmt::format("unknown field '{}' (this route takes 'replicas')", std::string(key)),
+          std::string(key), "unknown_parameter"));
+    }
+    if (!value.is_int64() || value.get_int64() < 0 ||
+        value.get_int64() > model->model->config().moe.num_experts) {
+      return failed(ApiError::invalid_request(
+          fmt::format("'replicas' (spare expert slots per rank and layer) must be an integer "
+                      "0-{}",
+                      model->model->config().moe.num_experts),
+          "replicas", "invalid_value"));
+    }
+    spare = static_cast<int>(value.get_int64());
+  }
   return reply;
+}
+
+ApiRouter::Reply ApiRouter::rebalance_reply(std::future<Result<ExpertRebalance>>& result) {
+  try {
+    const Result<ExpertRebalance> done = result.get();
+    if (!done.ok()) return failed(ApiError::from_status(done.status()));
+    Reply reply;
+    reply.json = expert_rebalance_json(*done);
+    return reply;
+  } catch (const std::future_error&) {
+    return failed(engine_stopped());
+  }
+}
+
+asio::awaitable<bool> ApiRouter::rebalance_experts(Connection& connection,
+                                                   const HttpRequest& request) {
+  int spare = 0;
+  Reply reply = rebalance_request(request, spare);
+  if (reply.error) co_return co_await send(connection, std::move(reply));
+  auto promise = std::make_shared<std::promise<Result<ExpertRebalance>>>();
+  std::future<Result<ExpertRebalance>> result = promise->get_future();
+  context_.model()->engine->run_between_steps([promise, spare](DecoderModel& model) {
+    promise->set_value(model.rebalance_experts(spare));
+  });
+  co_await wait_until_ready(result);
+  co_return co_await send(connection, rebalance_reply(result));
 }
 
 json::object ApiRouter::model_json() const {

@@ -6,6 +6,8 @@
 // until the engine exists; /v1/models and /metrics answer at once.
 #pragma once
 
+#include <future>
+
 #include <boost/asio/awaitable.hpp>
 
 #include "gateway/gateway.h"
@@ -13,6 +15,12 @@
 #include "server/openai_request.h"
 #include "server/request_handler.h"
 #include "server/server_context.h"
+
+namespace tachyon {
+class DecoderModel;
+struct ExpertLoadReport;
+struct ExpertRebalance;
+}
 
 namespace tachyon::server {
 
@@ -48,7 +56,19 @@ class ApiRouter : public RequestHandler {
   Reply get_model(const std::string& id) const;
   Reply tokenize(const HttpRequest& request) const;
   Reply detokenize(const HttpRequest& request) const;
-  Reply admin_experts() const;
+  // GET /admin/experts: the expert load report (under --pp gathered from every stage on the
+  // engine thread between two steps).
+  asio::awaitable<bool> admin_experts(Connection& connection);
+  static Reply experts_reply(const DecoderModel& model, const ExpertLoadReport& load);
+  static Reply experts_reply(const DecoderModel& model, std::future<ExpertLoadReport>& result);
+  // POST /admin/experts/rebalance: the routed experts placed anew over the --tp ranks by the
+  // load measured so far (DecoderModel::rebalance_experts, on the engine thread between two
+  // steps); answers when every rank holds its new experts. The body may set {"replicas": N}
+  // (spare slots per rank and layer; default: the job's --expert-replicas).
+  asio::awaitable<bool> rebalance_experts(Connection& connection, const HttpRequest& request);
+  // Its checks: `spare` from the body, or the error to send.
+  Reply rebalance_request(const HttpRequest& request, int& spare) const;
+  static Reply rebalance_reply(std::future<Result<ExpertRebalance>>& result);
   // The admin key check (ServeOptions::admin_key): nothing, or the error to send.
   std::optional<ApiError> authorize_admin(const HttpRequest& request) const;
   asio::awaitable<bool> send(Connection& connection, Reply reply);

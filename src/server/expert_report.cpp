@@ -38,27 +38,47 @@ boost::json::value expert_cache_json(const DecoderModel& model) {
       {"slots", cache->num_slots()}};
 }
 
-boost::json::object expert_report_json(const DecoderModel& model) {
+boost::json::object expert_rebalance_json(const ExpertRebalance& done) {
+  return boost::json::object{{"object", "expert.rebalance"},
+                             {"layers", done.layers},
+                             {"replicas", done.replicas},
+                             {"rank_imbalance_before", done.imbalance_before},
+                             {"rank_imbalance_after", done.imbalance_after},
+                             {"seconds", done.seconds},
+                             {"max_rank_weights_mib", done.max_rank_weights_mib}};
+}
+
+boost::json::object expert_report_json(const DecoderModel& model, const ExpertLoadReport& load) {
   boost::json::array layers;
   double max_imbalance = 0, sum_imbalance = 0;
   int measured = 0;
-  for (const ExpertLoad::Layer& layer : model.expert_load().snapshot()) {
+  for (size_t i = 0; i < load.layers.size(); ++i) {
+    const ExpertLoad::Layer& layer = load.layers[i];
     const double imbalance = layer.imbalance();
     if (layer.total() > 0) {
       max_imbalance = std::max(max_imbalance, imbalance);
       sum_imbalance += imbalance;
       ++measured;
     }
-    layers.push_back(boost::json::object{
+    boost::json::object entry{
         {"layer", layer.layer},
         {"selections", layer.total()},
         {"imbalance", imbalance},
-        {"counts", boost::json::array(layer.counts.begin(), layer.counts.end())}});
+        {"counts", boost::json::array(layer.counts.begin(), layer.counts.end())}};
+    // Expert parallelism: how evenly the ranks share the layer's pairs with today's placement.
+    if (load.rank_imbalance[i] > 0) entry["rank_imbalance"] = load.rank_imbalance[i];
+    layers.push_back(std::move(entry));
   }
-  return boost::json::object{{"layers", std::move(layers)},
+  boost::json::object report{{"layers", std::move(layers)},
                              {"max_imbalance", max_imbalance},
                              {"mean_imbalance", measured > 0 ? sum_imbalance / measured : 0.0},
                              {"cache", expert_cache_json(model)}};
+  if (load.expert_parallel) {
+    report["placement"] = boost::json::object{{"ranks", load.ranks},
+                                              {"measured", load.placed_by_load},
+                                              {"replicas", load.replicas}};
+  }
+  return report;
 }
 
 std::string render_expert_metrics(const DecoderModel& model, std::string_view labels) {

@@ -13,9 +13,15 @@
 
 namespace tachyon::server {
 
-// {"layers": [{"layer", "tokens", "imbalance", "counts": [...]}, ...], "max_imbalance",
-//  "mean_imbalance", "cache": {...} or null}; a dense model gives empty layers.
-boost::json::object expert_report_json(const DecoderModel& model);
+// {"layers": [{"layer", "selections", "imbalance", "counts": [...], "rank_imbalance" (expert
+// parallelism)}, ...], "max_imbalance", "mean_imbalance", "cache": {...} or null, "placement":
+// {"ranks", "measured", "replicas"} (expert parallelism)} of `load`
+// (DecoderModel::expert_load_report); a dense model gives empty layers.
+boost::json::object expert_report_json(const DecoderModel& model, const ExpertLoadReport& load);
+
+// What POST /admin/experts/rebalance did: {"object": "expert.rebalance", "layers", "replicas",
+// "rank_imbalance_before", "rank_imbalance_after", "seconds", "max_rank_weights_mib"}.
+boost::json::object expert_rebalance_json(const ExpertRebalance& done);
 
 // The expert cache's counters alone, or null without --experts-mem.
 boost::json::value expert_cache_json(const DecoderModel& model);

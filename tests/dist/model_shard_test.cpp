@@ -150,6 +150,7 @@ TEST(ShardCallTest, EncodesEveryField) {
   call.cache_type = DType::kQ8_0;
   call.capacity = 1000;
   call.num_local_blocks = 7;
+  call.expert_spare = 3;
   call.batch.block_size = 16;
   call.batch.block_copies = {{3, 4}};
   call.batch.key_shifts = {{5, 16, 32}};
@@ -165,6 +166,7 @@ TEST(ShardCallTest, EncodesEveryField) {
   EXPECT_EQ(back.cache_type, DType::kQ8_0);
   EXPECT_EQ(back.capacity, 1000);
   EXPECT_EQ(back.num_local_blocks, 7);
+  EXPECT_EQ(back.expert_spare, 3);
   EXPECT_EQ(back.batch.block_copies.size(), 1u);
   EXPECT_EQ(back.batch.block_copies[0].to, 4);
   EXPECT_EQ(back.batch.key_shifts[0].delta, 32);

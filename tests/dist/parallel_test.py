@@ -26,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
@@ -118,6 +120,11 @@ def check_expert_placement(tachyon: str, tiny: Path, text: str) -> None:
         value, stderr = perplexity(tachyon, model, text, (tp, pp), extra=placed)
         check(f"{name} --tp {tp} --pp {pp} --expert-placement (bench's load) --expert-replicas 1: "
               f"the same perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
+        exchanged, _ = perplexity(tachyon, model, text, (tp, pp),
+                                  extra=placed + ["--expert-exchange", "all-to-all"])
+        check(f"{name} --tp {tp} --pp {pp}, placed with copies, --expert-exchange all-to-all: the "
+              f"same perplexity to the last digit", exchanged == alone,
+              f"{exchanged!r} vs {alone!r}")
         summary = re.search(r"routed experts placed by measured load in (\d+) layers, (\d+) extra "
                             r"copies: the most loaded rank at ([0-9.]+)x the mean \(consecutive "
                             r"ids: ([0-9.]+)x\)", stderr)
@@ -140,6 +147,23 @@ def check_expert_placement(tachyon: str, tiny: Path, text: str) -> None:
         done = run(argv, timeout=120)
         check(f"--expert-placement, {what}: a clear error, the job ends",
               done.returncode != 0 and says in done.stderr, done.stderr[-800:])
+
+
+def check_expert_exchange(tachyon: str, tiny: Path, text: str) -> None:
+    """Both expert exchanges forced (all-gather: every pair's row to every rank; all-to-all:
+    each row to the rank that sums its token, then the sums gathered) give one process's
+    perplexity to the last digit, on 2 and 4 TP ranks (4: a 64-token window's tokens in four
+    ranges) and with pipeline stages."""
+    for name, layouts in (("qwen3_moe_tiny", [(2, 1), (2, 2)]), ("mixtral_tiny", [(2, 1)]),
+                          ("deepseek_v3_groups", [(2, 1), (4, 1)])):
+        model = str(tiny / f"{name}.f32.gguf")
+        alone, _ = perplexity(tachyon, model, text, None, tokens=512)
+        for tp, pp in layouts:
+            for exchange in ("all-gather", "all-to-all"):
+                value, _ = perplexity(tachyon, model, text, (tp, pp), tokens=512,
+                                      extra=["--expert-exchange", exchange])
+                check(f"{name} --tp {tp} --pp {pp} --expert-exchange {exchange}: the same "
+                      f"perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
 
 
 def check_memory() -> None:
@@ -260,34 +284,133 @@ def check_serving(tachyon: str, layouts: list[tuple[int, int]]) -> None:
               [(a, b) for a, b in zip(alone, split) if a != b][:3])
 
 
-def check_serving_tiny(tachyon: str, model: str, tp: int, pp: int) -> None:
-    """The paged, batched path of a tiny random model through `serve`: 8 concurrent greedy
-    completions of token prompts, the same tokens split as in one process."""
+TINY_PROMPTS = [[(7 * i + 13 * j) % 200 + 3 for j in range(5 + 3 * i)] for i in range(8)]
+
+
+def tiny_completions(server: TachyonServer) -> list[list[str]]:
+    """TINY_PROMPTS' 16-token greedy completions, all 8 at once (decode steps of 1-8 tokens)."""
     import openai
-    prompts = [[(7 * i + 13 * j) % 200 + 3 for j in range(5 + 3 * i)] for i in range(8)]
+    client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
 
-    def run_all(server: TachyonServer) -> list[list[str]]:
-        client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
+    def one(prompt: list[int]) -> list[str]:
+        reply = client.completions.create(model="m", prompt=prompt, temperature=0,
+                                          max_tokens=16, logprobs=1,
+                                          extra_body={"ignore_eos": True})
+        return reply.choices[0].logprobs.tokens
 
-        def one(prompt: list[int]) -> str:
-            reply = client.completions.create(model="m", prompt=prompt, temperature=0,
-                                              max_tokens=16, logprobs=1,
-                                              extra_body={"ignore_eos": True})
-            return reply.choices[0].logprobs.tokens
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, TINY_PROMPTS))
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            return list(pool.map(one, prompts))
 
+def check_serving_tiny(tachyon: str, model: str, tp: int, pp: int, split_args=()) -> None:
+    """The paged, batched path of a tiny random model through `serve`: 8 concurrent greedy
+    completions of token prompts, the same tokens split as in one process (`split_args`: more
+    arguments of the split server)."""
     args = ["-t", "1", "-c", "128", "--model-alias", "m"]
     with TachyonServer(tachyon, model, args) as server:
-        alone = run_all(server)
-    with MpiServer(tachyon, model, tp, pp, args, startup_timeout=300) as server:
-        split = run_all(server)
+        alone = tiny_completions(server)
+    with MpiServer(tachyon, model, tp, pp, [*args, *split_args], startup_timeout=300) as server:
+        split = tiny_completions(server)
     same = sum(a == b for a, b in zip(alone, split))
-    check(f"{Path(model).stem}: serve --tp {tp} --pp {pp}: 8 concurrent greedy completions "
-          f"identical to one process's ({same}/8)",
-          same == len(prompts) and all(len(tokens) == 16 for tokens in alone),
+    check(f"{Path(model).stem}: serve --tp {tp} --pp {pp} {' '.join(split_args)}: 8 concurrent "
+          f"greedy completions identical to one process's ({same}/8)",
+          same == len(TINY_PROMPTS) and all(len(tokens) == 16 for tokens in alone),
           [(a, b) for a, b in zip(alone, split) if a != b][:2])
+
+
+def post_json(url: str, body, headers: dict[str, str] | None = None,
+              timeout: float = 120) -> tuple[int, dict]:
+    """(status, JSON body) of a POST; `body` None sends none."""
+    data = b"" if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+ADMIN = "sk-admin-parallel-test"
+
+
+def check_rebalance(tachyon: str, model: str, tp: int, pp: int) -> None:
+    """POST /admin/experts/rebalance on a running --tp 2 (--pp 2: each stage's layers) job: the experts placed anew by the
+    load its requests measured, the hottest copied, each rank loading its new experts; the
+    ranks' shares evener by that load; the same tokens before, across and after it; errors."""
+    args = ["-t", "1", "-c", "128", "--model-alias", "m", "--admin-key", ADMIN]
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with MpiServer(tachyon, model, tp, pp, args, startup_timeout=300) as server:
+        rebalance = server.url + "/admin/experts/rebalance"
+        before = tiny_completions(server)
+        status, report = server.get_json("/admin/experts", headers=admin)
+        placement = report.get("placement", {}) if status == 200 else {}
+        counted = [layer["selections"] for layer in report.get("layers", [])
+                   if layer["selections"] > 0]
+        check(f"/admin/experts on --tp {tp} --pp {pp}: every stage's MoE layers counted, the "
+              f"same tokens each", len(counted) >= 2 and len(set(counted)) == 1, report)
+        check("/admin/experts on --tp 2: the placement (consecutive ids) and each layer's rank "
+              "imbalance", placement == {"ranks": 2, "measured": False, "replicas": 0} and
+              all(layer.get("rank_imbalance", 0) >= 1 for layer in report["layers"]
+                  if layer["selections"] > 0) and
+              any(layer["selections"] > 0 for layer in report["layers"]), report)
+        # Requests in flight while the experts move (the rebalance runs between two steps):
+        # rounds of 8 concurrent completions from before the rebalance until after it.
+        finished = threading.Event()
+
+        def traffic() -> list[list[list[str]]]:
+            rounds = [tiny_completions(server)]
+            while not finished.is_set():
+                rounds.append(tiny_completions(server))
+            rounds.append(tiny_completions(server))
+            return rounds
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(traffic)
+            time.sleep(0.2)
+            status, done = post_json(rebalance, {"replicas": 1}, admin)
+            finished.set()
+            rounds = running.result()
+        info(f"rebalance: {done}")
+        check("POST /admin/experts/rebalance {replicas: 1}: 200, layers placed by their load, "
+              "copies made, the ranks' shares no less even than before",
+              status == 200 and done.get("object") == "expert.rebalance" and
+              done["layers"] > 0 and done["replicas"] > 0 and
+              1 <= done["rank_imbalance_after"] <= done["rank_imbalance_before"] and
+              done["max_rank_weights_mib"] > 0, done)
+        changed = [round for round in rounds if round != before]
+        check(f"requests running before, across and after the rebalance ({len(rounds)} rounds of "
+              f"8): the same tokens", len(rounds) >= 2 and not changed,
+              [(a, b) for a, b in zip(before, changed[0]) if a != b][:2] if changed else rounds)
+        after = tiny_completions(server)
+        check("after the rebalance: the same tokens as before", after == before,
+              [(a, b) for a, b in zip(before, after) if a != b][:2])
+        status, report = server.get_json("/admin/experts", headers=admin)
+        check("/admin/experts after it: the measured placement with its copies",
+              status == 200 and report.get("placement") ==
+              {"ranks": 2, "measured": True, "replicas": done.get("replicas")}, report)
+        status, again = post_json(rebalance, None, admin)
+        check("a second rebalance without a body keeps the spare slots (replicas 1) and answers",
+              status == 200 and again.get("replicas", 0) > 0, again)
+        for what, body, headers, expected in (
+                ("replicas below 0", {"replicas": -1}, admin, 400),
+                ("replicas not an integer", {"replicas": "two"}, admin, 400),
+                ("an unknown field", {"experts": 3}, admin, 400),
+                ("a body that is no JSON object", [1], admin, 400),
+                ("no key", {}, {}, 401),
+                ("a wrong key", {}, {"Authorization": "Bearer sk-wrong"}, 401)):
+            status, error = post_json(rebalance, body, headers)
+            check(f"rebalance with {what}: {expected} with an error message",
+                  status == expected and error.get("error", {}).get("message"), (status, error))
+        status, _ = http_get(rebalance, headers=admin)
+        check("GET on the rebalance route: 405", status == 405, status)
+        check("the job still serves the same tokens after the refusals",
+              tiny_completions(server) == before)
+    with TachyonServer(tachyon, model, args) as server:
+        status, error = post_json(server.url + "/admin/experts/rebalance", {}, admin)
+        check("rebalance in one process: 400 saying experts are placed over --tp ranks",
+              status == 400 and "--tp" in error.get("error", {}).get("message", ""), error)
 
 
 def check_rank_killed(tachyon: str) -> None:
@@ -398,6 +521,7 @@ def main() -> int:
     section("default model", check_perplexity, args.tachyon, "default model", None, text.name,
             layouts, 512)
     section("expert placement", check_expert_placement, args.tachyon, tiny, text.name)
+    section("expert exchange", check_expert_exchange, args.tachyon, tiny, text.name)
     section("memory", check_memory)
     section("tcp", lambda: check("TCP transport (--mca btl tcp,self): the same perplexity",
                                  perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
@@ -407,6 +531,13 @@ def main() -> int:
     section("serving", check_serving, args.tachyon, layouts)
     section("serving MLA", check_serving_tiny, args.tachyon,
             str(tiny / "deepseek_v3_groups.f32.gguf"), 2, 2)
+    # Decode steps of 1-8 tokens over 2 ranks: a rank may sum no token.
+    section("serving MLA, all-to-all", check_serving_tiny, args.tachyon,
+            str(tiny / "deepseek_v3_groups.f32.gguf"), 2, 1, ["--expert-exchange", "all-to-all"])
+    section("rebalance", check_rebalance, args.tachyon, str(tiny / "deepseek_v3_groups.f32.gguf"),
+            2, 1)
+    section("rebalance, 2 stages", check_rebalance, args.tachyon,
+            str(tiny / "qwen3_moe_tiny.f32.gguf"), 2, 2)
     section("rank killed", check_rank_killed, args.tachyon)
     section("mpirun stopped", check_mpirun_stopped, args.tachyon)
     os.unlink(text.name)
