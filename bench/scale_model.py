@@ -88,12 +88,39 @@ def collective_s(ranks: int, total_bytes: float, link: Link) -> float:
         (ranks - 1) / ranks * total_bytes / link.bytes_per_s
 
 
+def all_to_all_s(ranks: int, received_bytes: float, link: Link) -> float:
+    """An all-to-all in which each rank receives `received_bytes` from the others: log2(N)
+    message latencies (as for the collectives above) plus those bytes."""
+    if ranks <= 1:
+        return 0.0
+    return math.log2(ranks) * link.latency_us * 1e-6 + received_bytes / link.bytes_per_s
+
+
+# tachyon's --expert-exchange auto: the all-to-all when it saves each rank this many bytes.
+ALL_TO_ALL_MIN_SAVED_BYTES = 256 * 1024
+
+
+def built_expert_exchange_s(ranks: int, tokens: int, link: Link) -> float:
+    """The expert exchange as tachyon makes it (f32, exact; --expert-exchange auto): every
+    pair's row all-gathered, or, when that saves each rank ALL_TO_ALL_MIN_SAVED_BYTES, each row
+    to the rank that sums its token (about 1/N of the pairs' rows reach each rank, (N-1)/N of
+    them from others), then the token sums all-gathered."""
+    s = KIMI_K2
+    pair_bytes = tokens * s.experts_per_token * s.hidden * 4
+    token_bytes = tokens * s.hidden * 4
+    gathered = pair_bytes * (ranks - 1) / ranks
+    exchanged = gathered / ranks + token_bytes * (ranks - 1) / ranks
+    if gathered - exchanged < ALL_TO_ALL_MIN_SAVED_BYTES:
+        return collective_s(ranks, pair_bytes, link)
+    return all_to_all_s(ranks, gathered / ranks, link) + collective_s(ranks, token_bytes, link)
+
+
 def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1, built: bool = False) -> dict:
     """Kimi-K2 over `nodes` ranks: attention and shared expert split by heads/rows (TP), routed
     experts split by expert (EP, each token's rows sent to the ranks of its 8 experts and the
     results combined: all-to-all), `tokens` sequences decoding together, bf16 on the wire.
-    `built`: the exchanges as tachyon makes them today (f32 rows all-gathered, every rank has
-    every token, the 8 expert rows of each token all-gathered and summed in id order: exact)."""
+    `built`: the exchanges as tachyon makes them today (f32 rows, every rank has every token;
+    the experts' rows exchanged by built_expert_exchange_s and summed in id order: exact)."""
     s = KIMI_K2
     b = s.bytes_per_param
     per_layer_s = 0.0
@@ -116,8 +143,8 @@ def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1, built: bool
         wire = 4 if built else 2
         comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * wire, link)
         comm_s += collective_s(nodes, tokens * s.hidden * wire, link)
-        if moe and built:  # every token's 8 expert rows, all-gathered in f32
-            comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 4, link)
+        if moe and built:
+            comm_s += built_expert_exchange_s(nodes, tokens, link)
         elif moe:  # dispatch (fp8) and combine (bf16) of each token's 8 expert rows
             comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 1, link)
             comm_s += collective_s(nodes, tokens * s.experts_per_token * s.hidden * 2, link)

@@ -71,8 +71,9 @@ void add_parallel_options(CLI::App& command, ModelOptions& options) {
       .add_option("--expert-exchange", options.expert_exchange,
                   "How the --tp ranks exchange the experts' outputs: all-gather (every pair's "
                   "row to every rank), all-to-all (each row to the rank summing its token, then "
-                  "the sums gathered: fewer bytes, one more message), or auto (all-to-all from "
-                  "64 KiB of rows per layer; the default). Every choice gives the same tokens")
+                  "the sums gathered: fewer bytes, one more message), or auto (all-to-all when "
+                  "that saves each rank 256 KiB per layer; the default). Every choice gives the "
+                  "same tokens")
       ->check(CLI::IsMember({"auto", "all-gather", "all-to-all"}));
 }
 

@@ -1262,12 +1262,15 @@ bool DecoderModel::exchange_to_token_owners(int num_tokens) const {
     case ExpertExchange::kAllToAll: return true;
     case ExpertExchange::kAuto: break;
   }
-  // The all-gather moves every pair's row to every rank in one collective; the all-to-all moves
-  // about 1/N of them and then every token's sum once, in two collectives. Small steps (one
-  // sequence's decode) pay latency more than bytes.
-  const int64_t pairs = static_cast<int64_t>(workspace_.expert_tokens.size());
-  const int64_t gather_bytes = pairs * config_.hidden_size * static_cast<int64_t>(sizeof(float));
-  return gather_bytes >= kAllToAllMinBytes && pairs > num_tokens;
+  // The all-gather brings each rank the other ranks' pairs' rows in one collective; the
+  // all-to-all about 1/N of those, then the other ranks' token sums, in two. It is worth its
+  // second collective's latency only when it saves enough bytes.
+  const double ranks = shard_.tp_size;
+  const double row_bytes = static_cast<double>(config_.hidden_size) * sizeof(float);
+  const double pairs = static_cast<double>(workspace_.expert_tokens.size());
+  const double gathered = pairs * row_bytes * (ranks - 1) / ranks;
+  const double exchanged = gathered / ranks + num_tokens * row_bytes * (ranks - 1) / ranks;
+  return gathered - exchanged >= kAllToAllMinSavedBytes;
 }
 
 void DecoderModel::gather_expert_rows(std::span<const int> counts, std::span<const int> offsets) {

@@ -345,9 +345,10 @@ class DecoderModel {
   // all-to-all), each rank sums its tokens' experts, then the sums are all-gathered: about 1/N
   // of the pairs' rows and one row per token move instead of every pair's row.
   void send_expert_rows_to_token_owners(int num_tokens);
-  // Automatic exchange: steps whose all-gather would move fewer bytes than this use it (one
-  // collective; the all-to-all's two cost more latency than they save).
-  static constexpr int64_t kAllToAllMinBytes = 64 * 1024;
+  // Automatic exchange: the all-to-all when it saves each rank at least this many received
+  // bytes; about what a link moves in one collective's latency (log2(N) messages of 2-25 us at
+  // 50-3 GB/s: 0.2-0.3 MB at 8 ranks), so below it the all-gather's single collective wins.
+  static constexpr double kAllToAllMinSavedBytes = 256 * 1024;
   // --experts-mem: asks the cache to read ahead the experts the router of the layer after
   // `experts`' would choose for this layer's input (workspace_.normed), if it has experts.
   void prefetch_next_experts(const ExpertWeights& experts, int num_tokens, ThreadPool& pool);
