@@ -1160,6 +1160,11 @@ ExpertLoadReport DecoderModel::expert_load_report() const {
   return report;
 }
 
+int DecoderModel::expert_spare() const {
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  return shard_.expert_spare;
+}
+
 Result<ExpertRebalance> DecoderModel::rebalance_experts(int spare) {
   const int num_experts = config_.moe.num_experts;
   if (!config_.moe.enabled()) return invalid_argument("the model has no routed experts");

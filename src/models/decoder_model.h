@@ -96,6 +96,9 @@ class DecoderModel {
   // The routed experts' placement over the TP ranks now (null in one process). Thread-safe
   // (rebalance_experts replaces it).
   std::shared_ptr<const ExpertPlacement> expert_placement() const;
+  // Its spare slots per rank and layer (--expert-replicas, then the last rebalance's).
+  // Thread-safe.
+  int expert_spare() const;
   // The expert load of every stage. Under --pp the leader's counts cover only its own layers,
   // so it asks the other stages (a call to every follower; ShardFollower answers): then only
   // between forward passes, on the thread that runs them. Without stages, any thread.

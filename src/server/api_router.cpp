@@ -300,7 +300,7 @@ ApiRouter::Reply ApiRouter::rebalance_request(const HttpRequest& request, int& s
   if (model->model == nullptr || model->engine == nullptr) {
     return failed(ApiError::internal("the model is not available"));
   }
-  spare = model->model->shard().expert_spare;
+  spare = model->model->expert_spare();
   if (request.body().find_first_not_of(" \t\r\n") == std::string::npos) return reply;  // defaults
   json::value body;
   reply.error = parse_json_body(request.body(), body);
