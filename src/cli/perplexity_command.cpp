@@ -6,7 +6,10 @@
 // Two more ways score the same tokens (every one after the first --ctx), each with between
 // ctx - stride + 1 and ctx tokens of context, so that they compare:
 //   --stride N   windows of --ctx tokens moving by N, each recomputed from an empty cache, their
-//                last N predictions scored (the "recompute the window" reference);
+//                last N predictions scored (the "recompute the window" reference); with
+//                --sink-tokens S each window is the text's first S tokens, then the last
+//                ctx - S before the chunk's end: the tokens a stream's cache holds, recomputed
+//                (Gemma, lost without its BOS first, needs this reference);
 //   --stream     one cache of --ctx tokens streamed through the text (StreamingLLM): when it is
 //                full, N tokens after the first --sink-tokens are dropped, the rest moved down
 //                and their keys turned back by N positions, and the next N tokens computed.
@@ -33,7 +36,8 @@ struct PerplexityOptions {
   int max_tokens = 0;  // 0: the whole file
   int stride = 0;      // --stride: sliding windows (0: halves of whole windows)
   bool stream = false;  // --stream: one cache streamed through (StreamingLLM)
-  int sink_tokens = 4;  // with --stream: the first tokens, never dropped
+  // The text's first tokens kept in every window (-1: 4 with --stream, none with --stride).
+  int sink_tokens = -1;
   bool json = false;
 };
 
@@ -79,13 +83,16 @@ Status score_sliding(const PerplexityOptions& options, ModelSession& session,
                      std::span<const TokenId> tokens, Score& score) {
   DecoderModel& model = *session.model;
   const int vocab = model.config().vocab_size;
-  const int window = options.window, stride = options.stride;
+  const int window = options.window, stride = options.stride, sink = options.sink_tokens;
   KvCache cache = model.make_cache(window, session.cache_type);
   std::vector<float> logits;
+  std::vector<TokenId> context(tokens.begin(), tokens.begin() + sink);
   const int chunks = (static_cast<int>(tokens.size()) - window) / stride;
   for (int k = 0; k < chunks; ++k) {
     const int end = window + (k + 1) * stride;  // tokens [end - stride, end) are scored
-    std::span<const TokenId> context = tokens.subspan(end - 1 - window, window);
+    context.resize(sink);
+    context.insert(context.end(), tokens.begin() + (end - 1 - (window - sink)),
+                   tokens.begin() + (end - 1));
     TACHYON_RETURN_IF_ERROR(run_tokens(model, *session.pool, cache, context, 0, window - stride,
                                        options.model.batch_size, logits));
     for (int i = 0; i < stride; ++i) {
@@ -116,8 +123,8 @@ Status score_streaming(const PerplexityOptions& options, ModelSession& session,
   const int chunks = (static_cast<int>(tokens.size()) - window) / stride;
   for (int k = 0; k < chunks; ++k) {
     const int begin = window + k * stride;
-    cache.drop_positions(sink, stride, length, [&](float* keys, int n) {
-      model.shift_keys(keys, n, stride);
+    cache.drop_positions(sink, stride, length, [&](float* keys, int n, int layer) {
+      model.shift_keys(keys, n, stride, layer);
     });
     length -= stride;
     std::span<const TokenId> chunk = tokens.subspan(begin, stride);
@@ -163,13 +170,17 @@ Status run_perplexity(const PerplexityOptions& options) {
     tokens.resize(options.max_tokens);
   }
   const int window = options.window;
+  if (options.sink_tokens >= 0 && options.stride == 0 && !options.stream) {
+    return invalid_argument("--sink-tokens goes with --stream or --stride");
+  }
   if (options.stride > 0 || options.stream) {
     PerplexityOptions sliding = options;
     if (sliding.stride == 0) sliding.stride = std::max(1, window / 8);
-    if (sliding.stride >= window || (options.stream && options.sink_tokens + sliding.stride > window)) {
-      return invalid_argument(fmt::format(
-          "--stride {} (and --sink-tokens {} with --stream) must leave room in --ctx {}",
-          sliding.stride, options.sink_tokens, window));
+    if (sliding.sink_tokens < 0) sliding.sink_tokens = options.stream ? 4 : 0;
+    if (sliding.stride >= window || sliding.sink_tokens + sliding.stride > window) {
+      return invalid_argument(
+          fmt::format("--stride {} and --sink-tokens {} must leave room in --ctx {}",
+                      sliding.stride, sliding.sink_tokens, window));
     }
     if (static_cast<int>(tokens.size()) < window + sliding.stride) {
       return invalid_argument(fmt::format("{} has {} tokens, fewer than --ctx {} + --stride {}",
@@ -183,7 +194,7 @@ Status run_perplexity(const PerplexityOptions& options) {
       boost::json::object result{{"perplexity", score.perplexity()}, {"tokens", score.count},
                                  {"mode", mode},                     {"window", window},
                                  {"stride", sliding.stride}};
-      if (options.stream) result["sink_tokens"] = options.sink_tokens;
+      result["sink_tokens"] = sliding.sink_tokens;
       std::printf("%s\n", boost::json::serialize(result).c_str());
     } else {
       std::fprintf(stderr, "\n");
@@ -273,8 +284,9 @@ void add_perplexity_command(CLI::App& app) {
                     "the first --sink-tokens, drop --stride tokens after them when full");
   command
       ->add_option("--sink-tokens", options->sink_tokens,
-                   "With --stream: the first tokens always kept (default 4; 0: a plain "
-                   "sliding window)")
+                   "The text's first tokens kept in every window: with --stream (default 4; "
+                   "0: a plain sliding window) or --stride (default 0; the stream's tokens "
+                   "recomputed)")
       ->check(CLI::Range(0, 1 << 20));
   command->add_flag("--json", options->json, "Print {\"perplexity\": ..., \"tokens\": ...}");
   command->callback([options] {

@@ -270,7 +270,7 @@ void KvCache::load_span(int layer, int kv_head, int head_size, int first, int co
 }
 
 void KvCache::drop_positions(int first, int count, int length,
-                             FunctionRef<void(float* keys, int n)> adjust_keys) {
+                             FunctionRef<void(float* keys, int n, int layer)> adjust_keys) {
   TACHYON_CHECK(first >= 0 && count >= 0 && first + count <= length && length <= capacity_);
   if (count == 0) return;
   const int kv = kv_size();
@@ -291,7 +291,7 @@ void KvCache::drop_positions(int first, int count, int length,
                              kv, keys.data(), values.data(), p);
         }
       }
-      adjust_keys(keys.data(), n);
+      adjust_keys(keys.data(), n, layer);
       store(layer, source - count, n, keys.data(), values.data());
     }
   }

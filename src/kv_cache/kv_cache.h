@@ -60,10 +60,11 @@ class KvCache {
 
   // Drops positions [first, first + count) of the first `length`: positions after them move
   // down by `count`. Each moved run's keys (f32 rows [n, kv_size]) pass through `adjust_keys`
-  // before they are stored again (the model turns them back by `count` positions: RoPE).
+  // with their layer's index before they are stored again (the model turns them back by
+  // `count` positions with that layer's RoPE).
   // f16 and f32 caches move exactly; q8 is quantized again (the same values unless adjusted).
   void drop_positions(int first, int count, int length,
-                      FunctionRef<void(float* keys, int n)> adjust_keys);
+                      FunctionRef<void(float* keys, int n, int layer)> adjust_keys);
 
   // Compacts one layer: KV head h keeps positions kept[h] (ascending, each head as many), which
   // become positions 0, 1, ... of that head; keys and values move as they are (f16 and f32

@@ -30,7 +30,8 @@ constexpr std::string_view kTemporarySuffix = ".tmp";
 constexpr int64_t kMaxQueuedBytes = int64_t{256} << 20;
 
 // The start of every block file (little-endian, as the hosts we run on), then the tokens
-// (int32 [num_tokens]) and the payload (the block's bytes, layer 0 first).
+// (int32 [num_tokens]) and the payload (the block's bytes, layer 0 first; with a local pool the
+// global layers', then the local layers': runtime/DiskPrefixStore).
 struct FileHeader {
   char magic[8];
   uint32_t header_bytes;

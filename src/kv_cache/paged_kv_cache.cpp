@@ -248,20 +248,19 @@ Q8Plane PagedKvCache::q8_plane(int layer, int block, int which, int kv_head) con
           reinterpret_cast<const uint16_t*>(plane + head_elements())};
 }
 
-void PagedKvCache::copy_block(int from, int to) {
-  TACHYON_CHECK(from >= 0 && from < num_blocks_ && to >= 0 && to < num_blocks_);
-  TACHYON_CHECK(!has_local_layers());
-  const std::vector<std::span<uint8_t>> source = block_layers(from);
-  const std::vector<std::span<uint8_t>> target = block_layers(to);
+void PagedKvCache::copy_block(int from, int to, bool local) {
+  const std::vector<std::span<uint8_t>> source = block_layers(from, local);
+  const std::vector<std::span<uint8_t>> target = block_layers(to, local);
   for (size_t layer = 0; layer < source.size(); ++layer) {
     std::memcpy(target[layer].data(), source[layer].data(), source[layer].size());
   }
 }
 
-void PagedKvCache::rewrite_keys(int block, int count,
-                                FunctionRef<void(float* keys, int n)> adjust_keys) {
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && count >= 0 && count <= block_size_);
-  TACHYON_CHECK(!has_local_layers());
+void PagedKvCache::rewrite_keys(int block, int count, bool local,
+                                FunctionRef<void(float* keys, int n, int layer)> adjust_keys) {
+  TACHYON_CHECK(!local || has_local_layers());
+  TACHYON_CHECK(block >= 0 && block < (local ? num_local_blocks_ : num_blocks_) && count >= 0 &&
+                count <= block_size_);
   if (count == 0) return;
   const int kv = num_kv_heads_ * head_size_;
   std::vector<float> by_dimension(static_cast<size_t>(head_size_) * block_size_);
@@ -270,6 +269,7 @@ void PagedKvCache::rewrite_keys(int block, int count,
   std::vector<int64_t> slots(count);
   for (int i = 0; i < count; ++i) slots[i] = static_cast<int64_t>(block) * block_size_ + i;
   for (int layer = 0; layer < num_layers_; ++layer) {
+    if (is_local(layer) != local) continue;
     for (int head = 0; head < num_kv_heads_; ++head) {
       load_block(layer, head, block, count, by_dimension.data(), block_size_,
                  head_values.data());
@@ -278,7 +278,7 @@ void PagedKvCache::rewrite_keys(int block, int count,
                            head_size_, kv, keys.data(), values.data(), p);
       }
     }
-    adjust_keys(keys.data(), count);
+    adjust_keys(keys.data(), count, layer);
     store(layer, slots, keys.data(), values.data());
   }
 }
@@ -323,12 +323,14 @@ void PagedKvCache::keep_positions(int layer, std::span<const int32_t> from,
   store(layer, slots, keys.data(), values.data());
 }
 
-std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block) {
-  TACHYON_CHECK(block >= 0 && block < num_blocks_ && !has_local_layers());
+std::vector<std::span<uint8_t>> PagedKvCache::block_layers(int block, bool local) {
+  TACHYON_CHECK(!local || has_local_layers());
+  TACHYON_CHECK(block >= 0 && block < (local ? num_local_blocks_ : num_blocks_));
   const size_t layer_bytes = static_cast<size_t>(planes() * num_kv_heads_ * head_bytes_);
   std::vector<std::span<uint8_t>> layers;
   layers.reserve(num_layers_);
   for (int layer = 0; layer < num_layers_; ++layer) {
+    if (is_local(layer) != local) continue;
     layers.emplace_back(storage_ + head_offset(layer, block, 0, 0), layer_bytes);
   }
   return layers;

@@ -79,13 +79,15 @@ class PagedKvCache {
   void load_block(int layer, int kv_head, int block, int count, float* keys_by_dimension,
                   int64_t key_stride, float* values) const;
 
-  // Copies every layer's keys and values of block `from` into block `to` (not with local
-  // layers, nor are rewrite_keys and block_layers).
-  void copy_block(int from, int to);
-  // Reads the keys of the first `count` slots of `block` in every layer back as f32 rows
-  // [count, kv_size], passes them through `adjust_keys` and stores them again, values
-  // unchanged (the sink policy turns moved keys back: DecoderModel::shift_keys).
-  void rewrite_keys(int block, int count, FunctionRef<void(float* keys, int n)> adjust_keys);
+  // Copies the keys and values of block `from` into block `to` in every layer of one pool:
+  // the local (sliding-window) layers' when `local`, else the others'.
+  void copy_block(int from, int to, bool local = false);
+  // Reads the keys of the first `count` slots of `block` in every layer of one pool (as
+  // copy_block) back as f32 rows [count, kv_size], passes them through `adjust_keys` with the
+  // layer's index and stores them again, values unchanged (the sink policy turns moved keys
+  // back: DecoderModel::shift_keys, with the layer's own RoPE).
+  void rewrite_keys(int block, int count, bool local,
+                    FunctionRef<void(float* keys, int n, int layer)> adjust_keys);
 
   // Compacts one layer of a sequence whose positions live in `from` (position p in slot
   // p % block_size of from[p / block_size]) into `to`: KV head h keeps positions kept[h]
@@ -94,9 +96,10 @@ class PagedKvCache {
   void keep_positions(int layer, std::span<const int32_t> from, std::span<const int32_t> to,
                       std::span<const std::vector<int>> kept, int first);
 
-  // Every byte of `block`: one contiguous span per layer (its keys and values, all heads),
-  // layer 0 first. Copying them out and back in restores the block exactly (the disk tier).
-  std::vector<std::span<uint8_t>> block_layers(int block);
+  // Every byte of `block` in one pool's layers (as copy_block): one contiguous span per layer
+  // (its keys and values, all heads), the lowest layer first. Copying them out and back in
+  // restores the block exactly (the disk tier).
+  std::vector<std::span<uint8_t>> block_layers(int block, bool local = false);
 
   // One KV head's keys ([head_size, block_size], transposed) and values ([block_size,
   // head_size]) in `block`, as f16 bits, for kernels that read them in place. type() must be

@@ -131,12 +131,14 @@ void DecoderModel::multiply(std::span<const kernels::MatmulProduct> products, co
   }
 }
 
-void DecoderModel::shift_keys(float* keys, int count, int delta) const {
+void DecoderModel::shift_keys(float* keys, int count, int delta, int cache_layer) const {
+  const RotaryEmbedding& rope =
+      config_.layer_is_local(shard_.first_layer + cache_layer) ? local_rope_ : rope_;
   std::vector<float> cos_row, sin_row;
   const int position = -delta;
-  rope_.compute_angles(std::span(&position, 1), cos_row, sin_row);
+  rope.compute_angles(std::span(&position, 1), cos_row, sin_row);
   // Stored keys already carry YaRN's attention factor: turn them by the bare rotation.
-  const float factor = rope_.attention_factor();
+  const float factor = rope.attention_factor();
   for (size_t j = 0; j < cos_row.size(); ++j) {
     cos_row[j] /= factor;
     sin_row[j] /= factor;
@@ -385,11 +387,12 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
     }
   }
   for (const BlockCopy& copy : batch.block_copies) {
-    cache.copy_block(copy.from, copy.to);
+    cache.copy_block(copy.from, copy.to, copy.local);
   }
   for (const KeyShift& shift : batch.key_shifts) {
-    cache.rewrite_keys(shift.block, shift.count,
-                       [&](float* keys, int n) { shift_keys(keys, n, shift.delta); });
+    cache.rewrite_keys(shift.block, shift.count, shift.local, [&](float* keys, int n, int layer) {
+      shift_keys(keys, n, shift.delta, layer);
+    });
   }
   if (shard_.pp_size > 1 && batch.sequences.size() > 1) {
     return forward_micro_batches(batch, cache, pool, logits);

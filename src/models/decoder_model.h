@@ -146,9 +146,11 @@ class DecoderModel {
 
   // Turns cached keys (f32 rows [count, kv_size], as a cache stores them: rotated) back by
   // `delta` positions in place: what the keys of tokens moved from position p to p - delta
-  // would have been (RoPE's rotations compose). MLA turns only the latent's rotary part. For
-  // caches that drop tokens from the middle (the "sink" overflow policy).
-  void shift_keys(float* keys, int count, int delta) const;
+  // would have been (RoPE's rotations compose), with the RoPE of the cache's layer
+  // `cache_layer` (a shard's layers count from its first; sliding-window layers have their
+  // own). MLA turns only the latent's rotary part. For caches that drop tokens from the
+  // middle (the "sink" overflow policy).
+  void shift_keys(float* keys, int count, int delta, int cache_layer) const;
 
   // Runs one engine step over many sequences whose keys and values live in the paged `cache`:
   // makes the batch's cache moves (block copies, key shifts), writes each new token's keys and

@@ -30,9 +30,9 @@ namespace {
 
 // The local layers' pool of a model that mixes sliding-window and global layers: every running
 // request's window (the positions its next tokens see: the window plus a step's tokens, in
-// blocks) and as much again for the windows of cached prefixes, but no more than the share of
-// the memory these layers would take without windows, and never less than one request's
-// window. Models whose layers are all local or all global keep one pool.
+// blocks, and the first block a sink request keeps) and as much again for the windows of
+// cached prefixes, but no more than the share of the memory these layers would take without
+// windows, and never less than one request's window. Models whose layers are all local or all global keep one pool.
 struct LocalPoolSize {
   int layers = 0;     // local layers in the pool (0: no local pool)
   int blocks = 0;
@@ -49,7 +49,7 @@ LocalPoolSize local_pool_size(const ModelConfig& config, const EngineOptions& op
                                 options.kv_cache_type, config.kv_values_are_keys()));
   const int64_t per_request =
       (config.sliding_window - 1 + options.max_batch_tokens + options.block_size - 1) /
-          options.block_size + 1;
+          options.block_size + 2;
   const int64_t wanted = 2 * per_request * options.max_running_requests;
   const int64_t share = kv_bytes / config.num_layers * local.layers / block_bytes;
   local.blocks = static_cast<int>(std::clamp<int64_t>(std::min(wanted, share), per_request, 1 << 24));
@@ -148,10 +148,6 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
                                                options.block_size, options.kv_cache_type));
   }
   std::unique_ptr<KvDiskTier> disk_tier;
-  if (!options.kv_disk_directory.empty() && local.layers > 0) {
-    return unsupported("the KV disk tier is not built for models with sliding-window layers "
-                       "(Gemma 3) yet: their blocks live in two pools");
-  }
   if (!options.kv_disk_directory.empty()) {
     if (!options.enable_prefix_cache) {
       return invalid_argument("the KV disk tier keeps prefix-cache blocks: it needs the prefix cache on");
@@ -160,11 +156,13 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
       return invalid_argument("the KV disk tier needs the model's fingerprint (EngineOptions)");
     }
     // Everything the bytes of a block depend on besides its tokens.
-    const std::string layout = fmt::format(
+    std::string layout = fmt::format(
         "tachyon kv disk v1; type {}; block {} tokens, {} bytes; {} layers; kv size {}; head {}; "
         "values are keys {}",
         kv_cache_type_name(options.kv_cache_type), options.block_size, block_bytes,
         config.num_layers, config.kv_size(), config.head_size, config.kv_values_are_keys());
+    // With a local pool a file holds the global layers' bytes, then the local layers'.
+    if (local.layers > 0) layout += fmt::format("; {} local layers last", local.layers);
     const Sha256Digest key =
         sha256({std::span<const uint8_t>(options.model_fingerprint), as_bytes(layout)});
     TACHYON_ASSIGN_OR_RETURN(disk_tier,

@@ -72,9 +72,6 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(EngineRequest request,
                                           tokenizer_.vocabulary_size() - 1));
     }
   }
-  if (request.sink && model_.config().has_local_layers()) {
-    return unsupported(kWindowModelsKeepTheirCache);
-  }
   if (request.sink && max_context_ < 4 * options_.block_size) {
     return invalid_argument(fmt::format(
         "the context of {} tokens is too small for the sink policy (at least {})", max_context_,

@@ -10,12 +10,12 @@
 
 namespace tachyon {
 
-// Why the sink overflow policy and SnapKV refuse sliding-window models: both move or drop cached
-// positions, which a local layer's window (and its own RoPE) counts on.
+// Why SnapKV refuses sliding-window models: it keeps different positions per KV head, which a
+// local layer's window (counted in positions) cannot follow.
 inline constexpr const char* kWindowModelsKeepTheirCache =
-    "the sink context-overflow policy and SnapKV eviction are not built for sliding-window "
-    "models (Gemma 3, Mistral): their local layers already attend to a bounded window; use "
-    "context_overflow \"truncate\" for long chats";
+    "SnapKV eviction is not built for sliding-window models (Gemma 3, Mistral): their local "
+    "layers already attend to a bounded window; use the sink or truncate context-overflow "
+    "policy for long chats";
 
 struct EngineOptions {
   // Most tokens (decodes + prompt chunks) in one engine step. Bounds the latency a long prompt

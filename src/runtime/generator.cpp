@@ -124,7 +124,9 @@ void Generator::drop_for_sink(std::vector<TokenId>& view, int& dropped) {
   const int chunk = std::min(sink_drop_chunk(),
                              static_cast<int>(cached_tokens_.size()) - kSinkTokens);
   cache_.drop_positions(kSinkTokens, chunk, static_cast<int>(cached_tokens_.size()),
-                        [&](float* keys, int n) { model_.shift_keys(keys, n, chunk); });
+                        [&](float* keys, int n, int layer) {
+                          model_.shift_keys(keys, n, chunk, layer);
+                        });
   cached_tokens_.erase(cached_tokens_.begin() + kSinkTokens,
                        cached_tokens_.begin() + kSinkTokens + chunk);
   view.erase(view.begin() + kSinkTokens, view.begin() + kSinkTokens + chunk);
@@ -137,7 +139,7 @@ Status Generator::check_cache_policies() const {
     return unsupported("the sink context-overflow policy and SnapKV run in one process (not "
                        "with --tp or --pp yet)");
   }
-  if ((sink_ || snapkv_budget_ > 0) && model_.config().has_local_layers()) {
+  if (snapkv_budget_ > 0 && model_.config().has_local_layers()) {
     return unsupported(kWindowModelsKeepTheirCache);
   }
   return Status();
@@ -162,10 +164,12 @@ Result<GenerationOutput> Generator::generate(std::span<const TokenId> prompt,
   std::vector<TokenId> view;
   if (sink_) {
     const int keep = context_size() - sink_drop_chunk();
-    view.assign(prompt.begin(), prompt.end());
-    if (static_cast<int>(view.size()) > keep) {
-      output.dropped_tokens = static_cast<int>(view.size()) - keep;
-      view.erase(view.begin() + kSinkTokens, view.begin() + kSinkTokens + output.dropped_tokens);
+    if (static_cast<int>(prompt.size()) > keep) {  // the sink tokens, then the last ones
+      output.dropped_tokens = static_cast<int>(prompt.size()) - keep;
+      view.assign(prompt.begin(), prompt.begin() + kSinkTokens);
+      view.insert(view.end(), prompt.end() - (keep - kSinkTokens), prompt.end());
+    } else {
+      view.assign(prompt.begin(), prompt.end());
     }
   }
   const int length = static_cast<int>(prompt.size());

@@ -76,7 +76,7 @@ class Generator {
   // SnapKV (runtime/snap_kv.h) for the next generate() calls: a prompt longer than `budget`
   // tokens keeps that many positions per KV head once computed. 0: off. Not with sink.
   void set_snapkv(int budget) { snapkv_budget_ = budget; }
-  // Sink and SnapKV refuse sliding-window models (kWindowModelsKeepTheirCache).
+  // SnapKV refuses sliding-window models (kWindowModelsKeepTheirCache).
   Status check_cache_policies() const;
 
   // Computes the prompt only (no sampling) and returns the last position's logits.

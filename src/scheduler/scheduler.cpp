@@ -176,7 +176,7 @@ void Scheduler::take_cached_prefix(Request* request) {
       block = allocated->front();
       std::span<const int32_t> tokens(request->tokens.data() + i * config_.block_size,
                                       config_.block_size);
-      if (!source_->fill(hash, tokens, *block)) {
+      if (!source_->fill(hash, tokens, *block, kNoBlock)) {
         pool_.release(*allocated);
         break;
       }
@@ -186,26 +186,64 @@ void Scheduler::take_cached_prefix(Request* request) {
     request->blocks.push_back(*block);
   }
   if (local_pool_ != nullptr) {
-    // The local layers keep only windows: the hit ends where the window before it is cached.
+    // The local layers keep only windows: the hit ends where the window before it can be had
+    // (from the local pool or the source); a block the source then fails to give ends it there.
     int taken = static_cast<int>(request->blocks.size());
-    while (taken > 0 && !window_cached(request, taken)) --taken;
+    for (;;) {
+      while (taken > 0 && !window_cached(request, taken)) --taken;
+      const int failed = take_local_blocks(request, taken);
+      if (failed < 0) break;
+      taken = failed;
+    }
     pool_.release(std::span<const BlockId>(request->blocks).subspan(taken));
     request->blocks.resize(taken);
-    const int first = taken > 0 ? first_window_block(taken * config_.block_size) : 0;
-    request->local_blocks.assign(first, kNoBlock);
-    for (int i = first; i < taken; ++i) {
-      request->local_blocks.push_back(*local_pool_->take_cached(request->block_hashes[i]));
-    }
   }
   request->num_computed_tokens = static_cast<int>(request->blocks.size()) * config_.block_size;
   request->num_reused_tokens = request->num_computed_tokens;
 }
 
 bool Scheduler::window_cached(Request* request, int num_blocks) const {
-  for (int i = first_window_block(num_blocks * config_.block_size); i < num_blocks; ++i) {
-    if (!local_pool_->contains(request->block_hashes[i])) return false;
+  const int first = first_window_block(num_blocks * config_.block_size);
+  for (int i = 0; i < num_blocks; ++i) {
+    if (!local_block_wanted(*request, i, first)) continue;
+    const BlockHash& hash = request->block_hashes[i];
+    if (!local_pool_->contains(hash) && (source_ == nullptr || !source_->has(hash))) return false;
   }
   return true;
+}
+
+int Scheduler::take_local_blocks(Request* request, int num_blocks) {
+  std::vector<BlockId>& local = request->local_blocks;
+  local.clear();
+  const int first = first_window_block(num_blocks * config_.block_size);
+  for (int i = 0; i < num_blocks; ++i) {
+    if (!local_block_wanted(*request, i, first)) {
+      local.push_back(kNoBlock);
+      continue;
+    }
+    const BlockHash& hash = request->block_hashes[i];
+    std::optional<BlockId> block = local_pool_->take_cached(hash);
+    if (!block && source_ != nullptr) {
+      std::optional<std::vector<BlockId>> allocated = local_pool_->allocate(1);
+      std::span<const int32_t> tokens(request->tokens.data() + i * config_.block_size,
+                                      config_.block_size);
+      if (allocated && source_->fill(hash, tokens, kNoBlock, allocated->front())) {
+        block = allocated->front();
+        local_pool_->set_hash(*block, hash);
+      } else if (allocated) {
+        local_pool_->release(*allocated);
+      }
+    }
+    if (!block) {  // gone since window_cached looked (evicted, or a bad file): give back
+      for (BlockId taken : local) {
+        if (taken != kNoBlock) local_pool_->release(std::span<const BlockId>(&taken, 1));
+      }
+      local.clear();
+      return i;
+    }
+    local.push_back(*block);
+  }
+  return -1;
 }
 
 bool Scheduler::grow_blocks(Request* request, int num_tokens) {
@@ -219,10 +257,10 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
   }
   if (local_pool_ != nullptr) {
     // Local blocks no token from num_computed_tokens on can see go back (named ones stay in
-    // the prefix cache, for a later request's window).
+    // the prefix cache, for a later request's window); the sink's stay.
     std::vector<BlockId>& local = request->local_blocks;
     const int first = std::min<int>(first_window_block(request->num_computed_tokens), local.size());
-    for (int i = 0; i < first; ++i) {
+    for (int i = local_sink_blocks(*request); i < first; ++i) {
       if (local[i] == kNoBlock) continue;
       local_pool_->release(std::span<const BlockId>(&local[i], 1));
       local[i] = kNoBlock;
@@ -268,7 +306,6 @@ int Scheduler::sink_drop_chunk(const Request& request) const {
 bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& output) {
   const int excess = request->num_computed_tokens + num_new - request->max_positions;
   if (request->sink_tokens == 0 || excess <= 0) return true;
-  TACHYON_CHECK(local_pool_ == nullptr);
   const int block = config_.block_size;
   const int sink_blocks = request->sink_tokens / block;
   const int droppable = (request->num_computed_tokens - request->sink_tokens) / block * block;
@@ -278,6 +315,14 @@ bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& ou
   auto first = request->blocks.begin() + sink_blocks;
   pool_.release(std::span<const BlockId>(&*first, drop / block));
   request->blocks.erase(first, first + drop / block);
+  if (local_pool_ != nullptr) {
+    // The local layers' blocks follow (those before the window are already gone).
+    std::vector<BlockId>& local = request->local_blocks;
+    for (int i = sink_blocks; i < sink_blocks + drop / block; ++i) {
+      if (local[i] != kNoBlock) local_pool_->release(std::span<const BlockId>(&local[i], 1));
+    }
+    local.erase(local.begin() + sink_blocks, local.begin() + sink_blocks + drop / block);
+  }
   request->tokens.erase(request->tokens.begin() + request->sink_tokens,
                         request->tokens.begin() + request->sink_tokens + drop);
   request->num_computed_tokens -= drop;
@@ -288,19 +333,28 @@ bool Scheduler::drop_for_sink(Request* request, int num_new, SchedulerOutput& ou
   request->block_hashes.resize(std::min<size_t>(request->block_hashes.size(), sink_blocks));
   const int computed_blocks = blocks_for(request->num_computed_tokens);
   for (int i = sink_blocks; i < computed_blocks; ++i) {
-    BlockId& block_id = request->blocks[i];
-    if (pool_.reference_count(block_id) > 1) {  // shared: turn a private copy
-      std::optional<std::vector<BlockId>> copy = pool_.allocate(1);
-      if (!copy) return false;
-      output.block_copies.push_back({block_id, copy->front()});
-      pool_.release(std::span<const BlockId>(&block_id, 1));
-      block_id = copy->front();
-    } else {
-      pool_.forget_hash(block_id);
+    const int count = std::min(block, request->num_computed_tokens - i * block);
+    if (!move_block(pool_, request->blocks[i], count, drop, false, output)) return false;
+    if (local_pool_ != nullptr && request->local_blocks[i] != kNoBlock &&
+        !move_block(*local_pool_, request->local_blocks[i], count, drop, true, output)) {
+      return false;
     }
-    output.key_shifts.push_back(
-        {block_id, std::min(block, request->num_computed_tokens - i * block), drop});
   }
+  return true;
+}
+
+bool Scheduler::move_block(KvBlockPool& pool, BlockId& block_id, int count, int delta,
+                           bool local, SchedulerOutput& output) {
+  if (pool.reference_count(block_id) > 1) {  // shared: turn a private copy
+    std::optional<std::vector<BlockId>> copy = pool.allocate(1);
+    if (!copy) return false;
+    output.block_copies.push_back({block_id, copy->front(), local});
+    pool.release(std::span<const BlockId>(&block_id, 1));
+    block_id = copy->front();
+  } else {
+    pool.forget_hash(block_id);
+  }
+  output.key_shifts.push_back({block_id, count, delta, local});
   return true;
 }
 
@@ -541,7 +595,8 @@ void Scheduler::on_step_done(const SchedulerOutput& output, std::vector<NamedBlo
         named->push_back({request->blocks[i], request->block_hashes[i],
                           std::span<const int32_t>(request->tokens)
                               .subspan(static_cast<size_t>(i) * config_.block_size,
-                                       config_.block_size)});
+                                       config_.block_size),
+                          local_pool_ != nullptr ? request->local_blocks[i] : kNoBlock});
       }
     }
   }

@@ -151,6 +151,11 @@ class Scheduler {
   // sink for `num_new` more positions (see Request::sink_tokens); the moved blocks' key shifts
   // (and private copies of shared ones) go to `output`. False when a copy found no free block.
   bool drop_for_sink(Request* request, int num_new, SchedulerOutput& output);
+  // One computed block of a sink drop in `pool` (the local layers' when `local`): its first
+  // `count` keys turned back by `delta`, in a private copy if it is shared. False when no block
+  // is free for the copy.
+  bool move_block(KvBlockPool& pool, BlockId& block_id, int count, int delta, bool local,
+                  SchedulerOutput& output);
   // Tokens the sink policy drops at once: an eighth of the window (whole blocks, at least one),
   // so that a key is turned back a few times in its life, not once per block.
   int sink_drop_chunk(const Request& request) const;
@@ -162,8 +167,23 @@ class Scheduler {
   int first_window_block(int position) const {
     return std::max(0, position - config_.window + 1) / config_.block_size;
   }
-  // Whether the local blocks a token at block `num_blocks`'s start sees are all cached.
+  // Whether the local blocks a token at block `num_blocks`'s start sees (and a sink request's
+  // sink blocks) are all cached, in the local pool or the prefix block source.
   bool window_cached(Request* request, int num_blocks) const;
+  // Takes those local blocks of a prefix hit of `num_blocks` blocks into request->local_blocks
+  // (the source filling the ones RAM lacks): -1, or the index of a block it could not have
+  // (then none is held).
+  int take_local_blocks(Request* request, int num_blocks);
+  // Whether a hit ending at a block whose window starts at block `first_window` needs block
+  // `index`'s local part.
+  bool local_block_wanted(const Request& request, int index, int first_window) const {
+    return index < local_sink_blocks(request) || index >= first_window;
+  }
+  // The leading local blocks a sink request keeps for good: once a drop moves later tokens
+  // down, its sink can be inside a local layer's window again.
+  int local_sink_blocks(const Request& request) const {
+    return request.sink_tokens / config_.block_size;
+  }
 
   SchedulerConfig config_;
   KvBlockPool& pool_;

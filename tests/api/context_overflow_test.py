@@ -7,13 +7,16 @@ scripted 200-turn conversation never errors while every prompt stays within the 
 default stays OpenAI's 400 context_length_exceeded; values tachyon does not know are a 400.
 With `"sink"` (StreamingLLM) a chat longer than the context is answered from its first block
 and a recent window, generation runs on past the context, and KV memory stays within one
-context per request (sampled from /metrics while it runs), over 200 turns too.
+context per request (sampled from /metrics while it runs), over 200 turns too. On a
+sliding-window model (Gemma 3 270M, fetched by `make setup`) sink generation runs past the
+context too, the same greedy text alone and beside a copy sharing its prompt's blocks.
 
     .venv/bin/python tests/api/context_overflow_test.py --tachyon build/tachyon
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -26,6 +29,8 @@ from checks import check, exit_status, info, section  # noqa: E402
 from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
 
 CONTEXT = 128
+GEMMA = (Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / "models" /
+         "gemma-3-270m-q4_k_m.gguf")
 ENDLESS_CONTEXT = 64  # the 200-turn chats: 200 prompts each, so kept short
 ONE_THREAD = ["-t", "1"]  # two servers run side by side on the test machines' 2 cores
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
@@ -208,6 +213,41 @@ def check_sink(server: TachyonServer) -> None:
               error.code == "context_length_exceeded", error.body)
 
 
+def check_sink_window_model(server: TachyonServer) -> None:
+    """Sink on Gemma 3 (local layers with their own RoPE and KV pool): generation runs past the
+    context, and a greedy answer is the same alone and beside a copy of it (which shares its
+    prompt's blocks until the first drop copies them)."""
+    client, model = client_for(server)
+
+    def answer() -> object:
+        return client.completions.create(
+            model=model, prompt="The lighthouse keeper wrote in his log that", max_tokens=2 *
+            CONTEXT, temperature=0, extra_body={"context_overflow": "sink", "ignore_eos": True})
+
+    with PeakBlocks(server) as blocks:
+        alone = answer()
+    info(f"Gemma 3, sink: {alone.usage.completion_tokens} tokens in a {CONTEXT}-token context, "
+         f"{dropped(alone.usage)[0]} dropped, at most {blocks.peak:.0f} KV blocks in use")
+    check("Gemma 3, sink: generation runs on past the context (2x)",
+          alone.usage.completion_tokens == 2 * CONTEXT and
+          dropped(alone.usage)[0] >= CONTEXT - 16, alone.usage)
+    check("Gemma 3, sink: KV blocks in use never past one context's worth",
+          0 < blocks.peak <= CONTEXT // 16 + 1, blocks.peak)
+    results: list = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = answer()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    check("Gemma 3, sink: the same greedy text alone and beside a copy",
+          all(r is not None and r.choices[0].text == alone.choices[0].text for r in results),
+          [r.choices[0].text[:80] if r else None for r in results])
+
+
 def check_endless_chat_sink(server: TachyonServer) -> None:
     """200 turns with the server's default set to sink: no error, conversations longer than the
     context answered, KV memory bounded by one context per request."""
@@ -252,6 +292,10 @@ def run_truncate(tachyon: str) -> None:
     with TachyonServer(tachyon, args=[*ONE_THREAD, "-c", str(ENDLESS_CONTEXT), "--kv-cache-mem",
                                       "64MiB", "--context-overflow", "truncate"]) as server:
         section("endless chat", check_endless_chat, server)
+    # (here: the truncate half ends sooner)
+    with TachyonServer(tachyon, model=str(GEMMA), args=[*ONE_THREAD, "-c", str(CONTEXT),
+                                                        "--kv-cache-mem", "64MiB"]) as server:
+        section("sink on a sliding-window model", check_sink_window_model, server)
 
 
 def run_sink(tachyon: str) -> None:

@@ -14,6 +14,9 @@ official openai client:
 4. The directory never holds more than --kv-disk-size, the least recently used blocks go, and
    /metrics shows bytes, blocks, hits and evictions per tier.
 5. One server per directory: a second one exits with a clear error.
+6. A sliding-window model (Gemma 3 270M: local layers in a KV pool of their own, each file
+   holding a block's global and local layers): a prompt four windows long comes back after a
+   restart with the cold run's output; a flipped byte in the last window is recomputed.
 
     .venv/bin/python tests/api/kv_disk_test.py --tachyon build/tachyon
 """
@@ -38,21 +41,23 @@ from checks import check, exit_status, info, section  # noqa: E402
 from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+GEMMA = (Path(os.environ.get("TACHYON_HOME", Path.home() / ".cache/tachyon")) / "models" /
+         "gemma-3-270m-q4_k_m.gguf")
 CORPUS = ROOT.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"
 BLOCK = 16
 HEADER_BYTES = 128
 HASH_OFFSET = 56  # of the block hash in a file's header
 
 
-def tokenize(tachyon: str, text: str) -> list[int]:
-    out = subprocess.run([tachyon, "tokenize", "-p", text], check=True, capture_output=True,
-                         text=True).stdout
+def tokenize(tachyon: str, text: str, model: tuple = ()) -> list[int]:
+    out = subprocess.run([tachyon, "tokenize", *model, "-p", text], check=True,
+                         capture_output=True, text=True).stdout
     return json.loads(out)
 
 
-def corpus_prompt(tachyon: str, start: int, num_tokens: int) -> list[int]:
+def corpus_prompt(tachyon: str, start: int, num_tokens: int, model: tuple = ()) -> list[int]:
     text = CORPUS.read_text()[start:start + num_tokens * 6]
-    return tokenize(tachyon, text)[:num_tokens]
+    return tokenize(tachyon, text, model)[:num_tokens]
 
 
 def block_hashes(tokens: list[int], salt: str = "") -> list[bytes]:
@@ -129,9 +134,10 @@ def wait_written(server: TachyonServer, blocks: int, timeout: float = 60) -> flo
     return metric(server_metrics(server), "tachyon:kv_disk_blocks_written_total")
 
 
-def serve(tachyon: str, directory: Path, size: str = "1GiB", extra: tuple = ()) -> TachyonServer:
-    return TachyonServer(tachyon, args=["--kv-disk", str(directory), "--kv-disk-size", size,
-                                        "--kv-cache-mem", "512MiB", *extra])
+def serve(tachyon: str, directory: Path, size: str = "1GiB", extra: tuple = (),
+          model: str | None = None) -> TachyonServer:
+    return TachyonServer(tachyon, model=model, args=["--kv-disk", str(directory), "--kv-disk-size",
+                                                     size, "--kv-cache-mem", "512MiB", *extra])
 
 
 def check_restart_and_damage(tachyon: str, work: Path) -> None:
@@ -230,6 +236,49 @@ def check_restart_and_damage(tachyon: str, work: Path) -> None:
         run = complete(server, prompt)
         check("recomputed blocks were written again: the whole prefix is back",
               run.cached == full_blocks * BLOCK and run.text == cold.text, run.cached)
+    finally:
+        server.stop()
+
+
+def check_sliding_window_model(tachyon: str, work: Path) -> None:
+    info("-- Gemma 3: both pools' blocks come back from disk")
+    directory = work / "kv-gemma"
+    prompt = corpus_prompt(tachyon, 40000, 2000, ("-m", str(GEMMA)))
+    full_blocks = (len(prompt) - 1) // BLOCK
+    hashes = block_hashes(prompt)
+    server = serve(tachyon, directory, model=str(GEMMA)).start()
+    try:
+        cold = complete(server, prompt)
+        written = wait_written(server, len(prompt) // BLOCK)
+        check("Gemma 3: every full block written", written >= len(prompt) // BLOCK, written)
+    finally:
+        server.stop()
+    server.restart()
+    try:
+        warm = complete(server, prompt)
+        info(f"Gemma 3: TTFT cold {cold.ttft * 1000:.0f} ms, after restart "
+             f"{warm.ttft * 1000:.0f} ms ({warm.cached} cached tokens)")
+        check("Gemma 3: after a restart cached_tokens covers every full block",
+              warm.cached == full_blocks * BLOCK, (warm.cached, full_blocks * BLOCK))
+        check("Gemma 3: same output as the cold run", warm.text == cold.text,
+              (warm.text, cold.text))
+        check("Gemma 3: TTFT <= 25% of the cold run's", warm.ttft <= 0.25 * cold.ttft,
+              f"{warm.ttft:.3f} s vs {cold.ttft:.3f} s")
+    finally:
+        server.stop()
+    # The last byte of a file is its local layers' part; the block is in the last window.
+    damaged = full_blocks - 2
+    path = files_by_hash(directory)[hashes[damaged]]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x10
+    path.write_bytes(bytes(data))
+    server.restart()
+    try:
+        run = complete(server, prompt)
+        check("Gemma 3, a flipped byte: the prefix stops at the damaged block",
+              run.cached == damaged * BLOCK, (run.cached, damaged * BLOCK))
+        check("Gemma 3, a flipped byte: output identical to the cold run", run.text == cold.text,
+              (run.text, cold.text))
     finally:
         server.stop()
 
@@ -348,6 +397,7 @@ def main() -> int:
         section("size limit", check_size_limit, args.tachyon, Path(work))
         section("one server per directory", check_one_server_per_directory, args.tachyon,
                 Path(work))
+        section("sliding-window model", check_sliding_window_model, args.tachyon, Path(work))
     return exit_status()
 
 

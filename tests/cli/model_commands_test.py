@@ -256,6 +256,15 @@ def main() -> int:
                      f"tachyon: error: {tiny} has no chat template (tokenizer.chat_template)")
         expect_error(t, "perplexity on a missing file", ["perplexity", "-f", "/no/such.txt"],
                      "tachyon: error: cannot open /no/such.txt")
+        text = work / "text.txt"
+        text.write_text("To be, or not to be, that is the question. " * 20)
+        expect_error(t, "perplexity --sink-tokens without --stream or --stride",
+                     ["perplexity", "-f", str(text), "--sink-tokens", "4"],
+                     "tachyon: error: --sink-tokens goes with --stream or --stride")
+        expect_error(t, "perplexity --sink-tokens leaving no room in the window",
+                     ["perplexity", "-f", str(text), "--ctx", "64", "--stride", "16",
+                      "--sink-tokens", "60"],
+                     "tachyon: error: --stride 16 and --sink-tokens 60 must leave room in --ctx 64")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return exit_status()

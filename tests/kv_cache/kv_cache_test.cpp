@@ -168,7 +168,7 @@ TEST(KvCacheTest, DropPositionsMovesTheRestDown) {
         cache.store(layer, 0, length, keys[layer].data(), values[layer].data());
       }
       int adjusted = 0;
-      cache.drop_positions(first, count, length, [&](float* rows, int n) {
+      cache.drop_positions(first, count, length, [&](float* rows, int n, int) {
         for (int64_t i = 0; i < static_cast<int64_t>(n) * kv; ++i) rows[i] += 1.0f;
         adjusted += n;
       });
@@ -305,7 +305,7 @@ TEST(PagedKvCacheTest, CopiedBlockKeysRewrittenInPlace) {
     }
     (*cache)->copy_block(1, 3);
     int rows = 0;
-    (*cache)->rewrite_keys(3, count, [&](float* k, int n) {
+    (*cache)->rewrite_keys(3, count, false, [&](float* k, int n, int) {
       for (int64_t i = 0; i < static_cast<int64_t>(n) * kv; ++i) k[i] += 1.0f;
       rows += n;
     });

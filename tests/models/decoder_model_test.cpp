@@ -517,12 +517,38 @@ TEST(DecoderModelTest, RejectsBrokenExpertAndLatentConfigs) {
       });
 }
 
+// Keys turned back by `delta` with RoPE written out as transformers does it (inv_freq =
+// base^(-2i/d), divided by a linear factor; NeoX halves or adjacent pairs), in double.
+std::vector<float> rotate_back(const std::vector<float>& keys, int head_size,
+                               const RopeConfig& rope, int delta) {
+  std::vector<float> out = keys;
+  const int half = rope.dimensions / 2;
+  for (size_t row = 0; row < keys.size() / head_size; ++row) {
+    for (int i = 0; i < half; ++i) {
+      double frequency = std::pow(rope.freq_base, -2.0 * i / rope.dimensions);
+      if (rope.scaling == RopeScaling::kLinear) frequency /= rope.scaling_factor;
+      const double angle = -delta * frequency;
+      const int a = rope.layout == RopeLayout::kNeox ? i : 2 * i;
+      const int b = rope.layout == RopeLayout::kNeox ? i + half : 2 * i + 1;
+      const double x = keys[row * head_size + a], y = keys[row * head_size + b];
+      out[row * head_size + a] = static_cast<float>(x * std::cos(angle) - y * std::sin(angle));
+      out[row * head_size + b] = static_cast<float>(x * std::sin(angle) + y * std::cos(angle));
+    }
+  }
+  return out;
+}
+
 // Keys computed at positions D.. and turned back by D are the keys computed at 0.. (layer 0's
-// keys depend on the token and its position only), for each RoPE scheme and MLA.
+// keys depend on the token and its position only), for each RoPE scheme and MLA. Gemma 3's
+// local layers (layer 0 here) turn with their own RoPE base; its global layer, whose keys at
+// D.. would need the same D earlier tokens to compare with, is checked against RoPE written
+// out with the global base and scaling (the same formula with the local base must give layer
+// 0's turn, so the check's conventions are the model's).
 TEST(DecoderModelTest, ShiftedKeysAreTheKeysAtTheEarlierPositions) {
   for (const char* name : {"llama_gqa.f32", "llama3_rope.f32", "llama_linear_rope.f32",
                            "qwen2_bias_tied.f32", "qwen2_yarn.f32", "qwen3_qknorm.f32",
-                           "deepseek_v2_lite.f32", "kimi_k2_tiny.f32"}) {
+                           "deepseek_v2_lite.f32", "kimi_k2_tiny.f32", "gemma3_tiny.f32",
+                           "gemma3_mqa_linear.f32"}) {
     SCOPED_TRACE(name);
     Result<std::unique_ptr<GgufFile>> file =
         GgufFile::open(models_dir() + "/" + name + ".gguf");
@@ -538,14 +564,14 @@ TEST(DecoderModelTest, ShiftedKeysAreTheKeysAtTheEarlierPositions) {
     std::vector<float> logits;
     ASSERT_TRUE((*model)->forward(tokens, 0, early, pool, 1, logits).ok());
     ASSERT_TRUE((*model)->forward(tokens, delta, late, pool, 1, logits).ok());
-    // Layer 0's keys as rows [count, kv_size].
-    auto layer0_keys = [&](const KvCache& cache, int first) {
+    // A layer's keys as rows [count, kv_size].
+    auto layer_keys = [&](const KvCache& cache, int layer, int first) {
       const int kv = config.kv_size();
       std::vector<float> rows(static_cast<size_t>(count) * kv);
       std::vector<float> by_dimension(static_cast<size_t>(config.head_size) * count);
       std::vector<float> values(static_cast<size_t>(count) * config.head_size);
       for (int head = 0; head < config.num_kv_heads; ++head) {
-        cache.load_span(0, head, config.head_size, first, count, by_dimension.data(), count,
+        cache.load_span(layer, head, config.head_size, first, count, by_dimension.data(), count,
                         values.data());
         for (int p = 0; p < count; ++p) {
           for (int d = 0; d < config.head_size; ++d) {
@@ -556,17 +582,39 @@ TEST(DecoderModelTest, ShiftedKeysAreTheKeysAtTheEarlierPositions) {
       }
       return rows;
     };
-    const std::vector<float> want = layer0_keys(early, 0);
-    std::vector<float> shifted = layer0_keys(late, delta);
+    auto worst_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+      }
+      return worst;
+    };
+    const std::vector<float> want = layer_keys(early, 0, 0);
+    std::vector<float> shifted = layer_keys(late, 0, delta);
     const std::vector<float> unshifted = shifted;
-    (*model)->shift_keys(shifted.data(), count, delta);
-    double worst = 0, moved = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(shifted[i] - want[i])));
-      moved = std::max(moved, static_cast<double>(std::abs(unshifted[i] - want[i])));
+    (*model)->shift_keys(shifted.data(), count, delta, 0);
+    EXPECT_LT(worst_difference(shifted, want), 1e-4) << "turned back by " << delta;
+    EXPECT_GT(worst_difference(unshifted, want), 1e-2) << "the keys at the two positions differ";
+    if (!config.has_local_layers() || config.mla.enabled()) continue;
+
+    const RopeConfig& layer0_rope = config.layer_is_local(0) ? config.local_rope : config.rope;
+    EXPECT_LT(worst_difference(shifted,
+                               rotate_back(unshifted, config.head_size, layer0_rope, delta)),
+              1e-4)
+        << "the written-out RoPE is not the model's";
+    for (int layer = 1; layer < config.num_layers; ++layer) {
+      if (config.layer_is_local(layer)) continue;
+      SCOPED_TRACE(::testing::Message() << "global layer " << layer);
+      std::vector<float> global = layer_keys(late, layer, delta);
+      const std::vector<float> expected = rotate_back(global, config.head_size, config.rope, delta);
+      // The local RoPE's turn must differ, or the check could not tell them apart.
+      const std::vector<float> local_turn =
+          rotate_back(global, config.head_size, config.local_rope, delta);
+      (*model)->shift_keys(global.data(), count, delta, layer);
+      EXPECT_LT(worst_difference(global, expected), 1e-4);
+      EXPECT_GT(worst_difference(global, local_turn), 1e-2);
+      break;
     }
-    EXPECT_LT(worst, 1e-4) << "turned back by " << delta;
-    EXPECT_GT(moved, 1e-2) << "the keys at the two positions should differ";
   }
 }
 

@@ -346,8 +346,8 @@ TEST_P(EngineCacheTypeTest, SinkRunsPastTheContextTheSameAloneAndBatched) {
       expected.push_back(next);
       if (t == 299) break;
       if (length + 1 > 96) {
-        cache.drop_positions(16, 16, length, [&](float* keys, int n) {
-          model.shift_keys(keys, n, 16);
+        cache.drop_positions(16, 16, length, [&](float* keys, int n, int layer) {
+          model.shift_keys(keys, n, 16, layer);
         });
         length -= 16;
       }

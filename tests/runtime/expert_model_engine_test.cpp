@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "model_files/gguf_file.h"
@@ -418,6 +420,195 @@ TEST(MtpSpeculationTest, ModelsWithoutMtpAreRefused) {
   EXPECT_NE(engine.status().message().find("multi-token prediction"), std::string::npos)
       << engine.status().message();
 }
+
+// Greedy tokens of StreamingLLM on one contiguous cache of `context` positions: when it is
+// full, `chunk` tokens after the first `sink` are dropped and the rest's keys turned back by
+// `chunk` positions with each layer's own RoPE (what the engine's and the generator's sink
+// policies do with their blocks).
+std::vector<TokenId> contiguous_sink_tokens(DecoderModel& model, ThreadPool& pool,
+                                            const std::vector<TokenId>& prompt, int count,
+                                            int context, int sink, int chunk) {
+  KvCache cache = model.make_cache(context, DType::kF16);
+  std::vector<float> logits;
+  std::vector<TokenId> tokens;
+  EXPECT_TRUE(model.forward(prompt, 0, cache, pool, 1, logits).ok());
+  int length = static_cast<int>(prompt.size());
+  const int vocab = model.config().vocab_size;
+  for (int t = 0; t < count; ++t) {
+    const TokenId next = static_cast<TokenId>(
+        std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
+    tokens.push_back(next);
+    if (t + 1 == count) break;
+    if (length + 1 > context) {
+      cache.drop_positions(sink, chunk, length, [&](float* keys, int n, int layer) {
+        model.shift_keys(keys, n, chunk, layer);
+      });
+      length -= chunk;
+    }
+    const std::vector<TokenId> one = {next};
+    EXPECT_TRUE(model.forward(one, length, cache, pool, 1, logits).ok());
+    ++length;
+  }
+  return tokens;
+}
+
+// The sink policy on sliding-window models: each layer's keys turn back with its own RoPE
+// (Gemma 3's local layers have base 1e4, its global one 1e6 or linear scaling); with local and
+// global layers the local pool's blocks move with the global ones, and the sink's local block
+// stays, for a small context brings the sink back into a local layer's window after a drop
+// (window 12, context 16: a query at position 12 sees positions 1..12 again). The engine's
+// tokens are the contiguous cache's, alone and beside copies sharing its blocks; the
+// generator's too; every block comes back.
+class SlidingWindowCacheTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SlidingWindowCacheTest, SinkMovesEveryLayerWithItsOwnRope) {
+  LoadedModel loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  DecoderModel& model = *loaded.model;
+  ThreadPool pool(2);
+  const std::vector<std::vector<TokenId>> prompts = make_prompts(model, 8);
+  struct Shape {
+    int block_size, context, prompt;
+  };
+  for (const Shape shape : {Shape{16, 96, 6}, Shape{4, 16, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "blocks of " << shape.block_size << ", context "
+                                      << shape.context);
+    EngineOptions options;
+    options.kv_cache_type = DType::kF16;
+    options.kv_cache_bytes = 16 << 20;
+    options.block_size = shape.block_size;
+    options.max_context = shape.context;
+    options.max_batch_tokens = 64;
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    const std::vector<TokenId>& prompt = prompts[shape.prompt];
+    ASSERT_LT(static_cast<int>(prompt.size()), shape.context * 3 / 4);
+    EngineRequest sink = greedy_request(prompt, 120);
+    sink.sink = true;
+    const EngineOutput alone = run_alone(*engine, sink);
+    ASSERT_TRUE(alone.status.ok()) << alone.status.message();
+    ASSERT_EQ(alone.completion_tokens, 120);
+    EXPECT_GE(alone.dropped_tokens, 120 - shape.context);
+    const int chunk = std::max(shape.block_size, (shape.context - shape.block_size) / 8 /
+                                                     shape.block_size * shape.block_size);
+    const std::vector<TokenId> expected = contiguous_sink_tokens(
+        model, pool, prompt, 120, shape.context, shape.block_size, chunk);
+    int same = 0;
+    while (same < 120 && expected[same] == alone.tokens[same]) ++same;
+    EXPECT_EQ(same, 120) << "the engine and the contiguous cache part after token " << same;
+
+    // Two more copies (sharing its prompt's blocks, copied before they move) and a plain one.
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<TokenId> plain(
+          prompts[2].begin(),
+          prompts[2].begin() + std::min<int>(prompts[2].size(), shape.context / 2));
+      EngineRequest request = i < 2 ? sink : greedy_request(plain, 8);
+      Result<std::shared_ptr<RequestStream>> stream = engine->submit(request);
+      ASSERT_TRUE(stream.ok()) << stream.status().message();
+      streams.push_back(*stream);
+    }
+    std::vector<EngineOutput> outputs;
+    for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+    EXPECT_EQ(outputs[0].tokens, alone.tokens);
+    EXPECT_EQ(outputs[1].tokens, alone.tokens);
+    EXPECT_EQ(outputs[2].completion_tokens, 8);
+    expect_pool_back_to_full(*engine);
+  }
+
+  // The generator (generate, chat): its sink of Generator::kSinkTokens on a contiguous cache.
+  const int context = 64;
+  Generator generator(model, *loaded.tokenizer, pool, context);
+  generator.set_sink(true);
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = 150;
+  params.ignore_eos = true;
+  Result<GenerationOutput> generated =
+      generator.generate(prompts[5], params, [](std::string_view) {});
+  ASSERT_TRUE(generated.ok()) << generated.status().message();
+  EXPECT_GT(generated->dropped_tokens, 0);
+  const int chunk = std::max(16, (context - Generator::kSinkTokens) / 8);
+  EXPECT_EQ(generated->tokens, contiguous_sink_tokens(model, pool, prompts[5], 150, context,
+                                                      Generator::kSinkTokens, chunk));
+}
+
+// The disk tier on sliding-window models: a file holds a block's global and local layers;
+// after a restart a prompt longer than the window is read back (every global block, the local
+// blocks of the last window) with the cold run's tokens; files with a flipped byte are
+// recomputed, with the same tokens again.
+TEST_P(SlidingWindowCacheTest, DiskTierSurvivesARestart) {
+  LoadedModel loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  ThreadPool pool(2);
+  const std::string directory = testing::TempDir() + "sliding_window_kv_disk_" + GetParam();
+  std::filesystem::remove_all(directory);
+  EngineOptions options;
+  options.kv_cache_type = DType::kF16;
+  options.kv_cache_bytes = 16 << 20;
+  options.block_size = 4;  // windows of 5..12 positions span several blocks
+  options.kv_disk_directory = directory;
+  options.kv_disk_bytes = 64 << 20;
+  options.model_fingerprint.fill(3);
+  const std::vector<TokenId> prompt = make_prompts(*loaded.model, 7)[6];  // 45 tokens
+  const int full_blocks = (static_cast<int>(prompt.size()) - 1) / 4 * 4;
+  // Greedy tokens with their logprobs: a wrong local block shows in the digits even where a
+  // tiny random model's argmax does not move.
+  auto request = [&] {
+    EngineRequest greedy = greedy_request(prompt, 24);
+    greedy.sampling.logprobs = true;
+    return greedy;
+  };
+  auto logprobs = [](const EngineOutput& output) {
+    std::vector<float> values;
+    for (const SampleLogprobs& sample : output.logprobs) values.push_back(sample.chosen.logprob);
+    return values;
+  };
+  EngineOutput cold;
+  {
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    cold = run_alone(*engine, request());
+    ASSERT_TRUE(cold.status.ok()) << cold.status.message();
+    EXPECT_EQ(cold.cached_prompt_tokens, 0);
+  }
+  {
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    const EngineOutput warm = run_alone(*engine, request());
+    EXPECT_EQ(warm.cached_prompt_tokens, full_blocks);
+    EXPECT_EQ(warm.tokens, cold.tokens);
+    EXPECT_EQ(logprobs(warm), logprobs(cold));
+    EXPECT_EQ(testing_util::settled_metrics(*engine).prefix_cache_disk_tokens_total,
+              static_cast<uint64_t>(full_blocks));
+    expect_pool_back_to_full(*engine);
+  }
+  int flipped = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    if (entry.path().extension() != ".kvb") continue;
+    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff last = static_cast<std::streamoff>(entry.file_size()) - 1;
+    file.seekg(last);
+    const char byte = static_cast<char>(file.get() ^ 0x5a);
+    file.seekp(last);
+    file.put(byte);
+    ++flipped;
+  }
+  EXPECT_GE(flipped, full_blocks / 4);
+  {
+    std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+    ASSERT_TRUE(engine);
+    const EngineOutput again = run_alone(*engine, request());
+    EXPECT_EQ(again.cached_prompt_tokens, 0);
+    EXPECT_EQ(again.tokens, cold.tokens);
+    EXPECT_EQ(logprobs(again), logprobs(cold));
+    expect_pool_back_to_full(*engine);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, SlidingWindowCacheTest,
+                         ::testing::Values("gemma3_tiny", "gemma3_mqa_linear", "mistral_window"));
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ExpertModelEngineTest,
                          ::testing::Values("deepseek_v3_groups", "deepseek_v2_lite",

@@ -109,16 +109,19 @@ TEST(SchedulerTest, TakesCachedPrefixBlocksAtAdmission) {
 class FakeBlockSource : public PrefixBlockSource {
  public:
   bool has(const BlockHash& hash) const override { return saved.contains(hash); }
-  bool fill(const BlockHash& hash, std::span<const int32_t> tokens, BlockId block) override {
+  bool fill(const BlockHash& hash, std::span<const int32_t> tokens, BlockId block,
+            BlockId local_block) override {
     ++fills;
-    if (hash == broken) return false;
+    if (hash == broken || (local_block != kNoBlock && hash == broken_local)) return false;
     EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), saved.at(hash).begin()));
-    filled.push_back(block);
+    if (block != kNoBlock) filled.push_back(block);
+    if (local_block != kNoBlock) filled_local.push_back(local_block);
     return true;
   }
   std::unordered_map<BlockHash, std::vector<int32_t>, BlockHashHasher> saved;
-  std::optional<BlockHash> broken;
-  std::vector<BlockId> filled;
+  std::optional<BlockHash> broken;        // no part of it can be read
+  std::optional<BlockHash> broken_local;  // its local layers' part cannot
+  std::vector<BlockId> filled, filled_local;
   int fills = 0;
 };
 
@@ -530,6 +533,74 @@ TEST(SchedulerTest, SlidingWindowLayersHoldOnlyTheirWindow) {
   EXPECT_EQ(scheduler.find(4)->num_cached_prompt_tokens, 0);
   scheduler.remove(4);
   EXPECT_EQ(local_pool.num_held(), 0);
+}
+
+// The disk tier of a model with a local pool: named blocks carry both parts; after a restart
+// (fresh pools, the same source) a hit takes every global block and the local blocks of its
+// window from the source; a local part that cannot be read ends the hit where the window
+// before it can be had.
+TEST(SchedulerTest, SlidingWindowPrefixesComeBackFromTheSource) {
+  constexpr int kWindow = 40;
+  const SchedulerConfig config{.max_batch_tokens = 128, .max_running_requests = 4,
+                               .block_size = 16, .window = kWindow};
+  FakeBlockSource source;
+  {
+    KvBlockPool pool(16, true), local_pool(16, true);
+    Scheduler scheduler(config, pool, &local_pool);
+    scheduler.set_prefix_block_source(&source);
+    scheduler.add(make_request(1, 100));
+    SchedulerOutput output = scheduler.schedule(0.1);
+    std::vector<NamedBlock> named;
+    scheduler.on_step_done(output, &named);
+    ASSERT_EQ(named.size(), 6u);
+    for (const NamedBlock& block : named) {
+      EXPECT_NE(block.local_block, kNoBlock);
+      source.saved[block.hash] = std::vector<int32_t>(block.tokens.begin(), block.tokens.end());
+    }
+    scheduler.remove(1);
+  }
+  {
+    KvBlockPool pool(16, true), local_pool(16, true);
+    Scheduler scheduler(config, pool, &local_pool);
+    scheduler.set_prefix_block_source(&source);
+    scheduler.add(make_request(2, 100));
+    step(scheduler);
+    const Request& hit = *scheduler.find(2);
+    EXPECT_EQ(hit.num_cached_prompt_tokens, 96);
+    EXPECT_EQ(source.filled.size(), 6u);
+    // The window before position 96 starts in block 3: only blocks 3..5 need local parts.
+    ASSERT_EQ(source.filled_local.size(), 3u);
+    EXPECT_EQ(hit.local_blocks[2], kNoBlock);
+    EXPECT_EQ(std::vector<BlockId>(hit.local_blocks.begin() + 3, hit.local_blocks.begin() + 6),
+              source.filled_local);
+    scheduler.remove(2);
+    EXPECT_EQ(pool.num_held(), 0);
+    EXPECT_EQ(local_pool.num_held(), 0);
+  }
+  {
+    KvBlockPool pool(16, true), local_pool(16, true);
+    Scheduler scheduler(config, pool, &local_pool);
+    scheduler.set_prefix_block_source(&source);
+    auto request = make_request(3, 100);
+    BlockHash block4 = request->hash_root;
+    for (int b = 0; b <= 4; ++b) {
+      block4 = BlockHash::chain(block4, std::span<const int32_t>(request->tokens).subspan(b * 16, 16));
+    }
+    source.broken_local = block4;
+    source.filled_local.clear();
+    scheduler.add(std::move(request));
+    step(scheduler);
+    // Block 4's local part fails: a hit of 4 blocks needs the window before position 64,
+    // blocks 1..3 (3 read again from the local pool, where its fill left it named).
+    const Request& hit = *scheduler.find(3);
+    EXPECT_EQ(hit.num_cached_prompt_tokens, 64);
+    EXPECT_EQ(hit.local_blocks[0], kNoBlock);
+    for (int i = 1; i < 4; ++i) EXPECT_NE(hit.local_blocks[i], kNoBlock) << i;
+    EXPECT_EQ(source.filled_local.size(), 3u);  // 3, (4 failed), then 1 and 2
+    scheduler.remove(3);
+    EXPECT_EQ(pool.num_held(), 0);
+    EXPECT_EQ(local_pool.num_held(), 0);
+  }
 }
 
 }  // namespace
