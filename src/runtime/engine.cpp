@@ -77,9 +77,6 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
         "speculative draft tokens {} is not in 0..64 (or a negative sequence or cache limit)",
         speculative.max_draft_tokens));
   }
-  if (options.snapkv_budget != 0 && config.has_local_layers()) {
-    return unsupported(kWindowModelsKeepTheirCache);
-  }
   if (model.shard().distributed() &&
       (options.snapkv_budget != 0 || !options.kv_disk_directory.empty() ||
        (speculative.enabled() && speculative.mode == SpeculativeMode::kMtp))) {
@@ -88,11 +85,8 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
     return unsupported("SnapKV eviction, the KV disk tier and MTP speculation run in one process "
                        "(not with --tp or --pp yet)");
   }
-  if (options.snapkv_budget != 0 && (options.snapkv_budget < 64 || config.mla.enabled())) {
-    return invalid_argument(
-        config.mla.enabled()
-            ? "SnapKV is not built for MLA models (their cache is one latent per token)"
-            : fmt::format("SnapKV budget {} is below 64 tokens", options.snapkv_budget));
+  if (options.snapkv_budget != 0) {
+    TACHYON_RETURN_IF_ERROR(check_snapkv_budget(config, options.snapkv_budget));
   }
   // Before any size is computed for it: a type the heads do not fit is an error, not a CHECK.
   TACHYON_RETURN_IF_ERROR(check_kv_cache_type(options.kv_cache_type, config.head_size));

@@ -1,6 +1,7 @@
 #include "runtime/engine_core.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -487,11 +488,13 @@ void EngineCore::step() {
   scheduler_.on_step_done(output, disk_store_ ? &named_blocks_ : nullptr);
   if (disk_store_) disk_store_->save(named_blocks_);
   for (SnapKvJob& job : snapkv) {
+    if (!job.last) continue;
     // Not for a request that ends with this step.
     const bool finishing = std::any_of(sampled.begin(), sampled.end(), [&](const Sampled& item) {
       return item.id == job.request->id && item.output.finished;
     });
     if (!finishing) compact_for_snapkv(job);
+    if (!finishing) active_.at(job.request->id)->snapkv.reset();
   }
   int num_generated = 0;
   std::vector<RequestId> model_drafting;
@@ -519,17 +522,30 @@ void EngineCore::step() {
   metrics_.generation_tokens_total += num_generated;
 }
 
-std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput& output) const {
+std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput& output) {
   std::vector<SnapKvJob> jobs;
   if (options_.snapkv_budget <= 0) return jobs;
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledRequest& item = output.scheduled[i];
     Request* request = item.request;
-    const int length = request->num_computed_tokens + item.num_new_tokens - item.num_draft_tokens;
-    if (item.samples_next_token && !request->compacted && request->sink_tokens == 0 &&
-        length > options_.snapkv_budget) {
-      jobs.push_back({i, request, SnapKvScorer(model_, length, {.budget = options_.snapkv_budget})});
+    // Every known token (the prompt, and what a preempted request had generated) is computed
+    // by the step that samples; SnapKV then compacts them once.
+    const int length = request->num_tokens();
+    const int end = request->num_computed_tokens + item.num_new_tokens - item.num_draft_tokens;
+    const int window_start = length - SnapKvOptions().window;
+    if (request->compacted || request->sink_tokens != 0 || length <= options_.snapkv_budget ||
+        end <= window_start) {
+      continue;
     }
+    Active& active = *active_.at(request->id);
+    // A chunk that does not follow the last one observed (a preemption recomputes from the
+    // start or a cached prefix) starts the scores again.
+    if (!active.snapkv || active.snapkv_next != request->num_computed_tokens) {
+      active.snapkv = std::make_unique<SnapKvScorer>(
+          model_, length, SnapKvOptions{.budget = options_.snapkv_budget});
+    }
+    active.snapkv_next = end;
+    jobs.push_back({i, request, active.snapkv.get(), length, end == length});
   }
   return jobs;
 }
@@ -556,10 +572,12 @@ void EngineCore::observe_for_snapkv(std::vector<SnapKvJob>& jobs, int layer,
         }
       }
     };
-    job.scorer.observe(layer, sequence.start_position,
-                       queries + static_cast<int64_t>(sequence.first_token) * shape.num_heads *
-                                     shape.head_size,
-                       sequence.num_tokens, read_keys);
+    // (Not the drafts a step verifies after the known tokens.)
+    job.scorer->observe(layer, sequence.start_position,
+                        queries + static_cast<int64_t>(sequence.first_token) * shape.num_heads *
+                                      shape.head_size,
+                        std::min(sequence.num_tokens, job.length - sequence.start_position),
+                        read_keys);
   }
 }
 
@@ -575,20 +593,34 @@ void EngineCore::compact_for_snapkv(SnapKvJob& job) {
   }
   const int length = request->num_computed_slots();
   const int first = shared * options_.block_size;
-  const KeptPositions kept = job.scorer.kept_positions(first);
+  const KeptPositions kept = job.scorer->kept_positions(first);
   const int count = static_cast<int>(kept[0][0].size());
   request->compacted = true;
   if (count >= length) return;
   // Into fresh blocks: the prompt's own blocks go back to the prefix cache unchanged.
-  std::optional<std::vector<BlockId>> fresh =
+  std::optional<Scheduler::CompactionBlocks> blocks =
       scheduler_.blocks_for_compaction(shared, count);
-  if (!fresh) return;  // no room to compact now: it runs on with every position
+  if (!blocks) return;  // no room to compact now: it runs on with every position
   std::vector<BlockId> to(request->blocks.begin(), request->blocks.begin() + shared);
-  to.insert(to.end(), fresh->begin(), fresh->end());
+  to.insert(to.end(), blocks->fresh.begin(), blocks->fresh.end());
+  std::vector<BlockId> local_to(blocks->first_local_block, kNoBlock);
+  local_to.insert(local_to.end(), blocks->local.begin(), blocks->local.end());
+  // A local layer's new blocks hold the slots the next tokens can see, from the window of the
+  // slot after the last (the scorer kept that many recent positions after the shared prefix).
+  const int local_written = std::max(first, count - model_.config().sliding_window + 1);
+  std::vector<std::vector<int>> local_kept;
   for (int layer = 0; layer < static_cast<int>(kept.size()); ++layer) {
-    cache_->keep_positions(layer, request->blocks, to, kept[layer], first);
+    if (!cache_->is_local(layer)) {
+      cache_->keep_positions(layer, request->blocks, to, kept[layer], first);
+      continue;
+    }
+    local_kept = kept[layer];
+    for (std::vector<int>& positions : local_kept) {
+      std::iota(positions.begin(), positions.begin() + local_written, 0);  // not written
+    }
+    cache_->keep_positions(layer, request->local_blocks, local_to, local_kept, local_written);
   }
-  scheduler_.compact(request, shared, std::move(*fresh), count);
+  scheduler_.compact(request, shared, std::move(*blocks), count);
   ++snapkv_compactions_;
   snapkv_evicted_ += length - count;
 }

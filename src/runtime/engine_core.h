@@ -104,6 +104,10 @@ class EngineCore {
     // With the sink policy the scheduler's tokens are what the cache holds: the whole prompt
     // and output are kept here for the sampler (penalties see what they would without it).
     std::vector<TokenId> history = {};
+    // SnapKV: the attention its observation window paid so far (the window may span prompt
+    // chunks), and the position the next chunk must start at to add to it.
+    std::unique_ptr<SnapKvScorer> snapkv = nullptr;
+    int snapkv_next = 0;
   };
   // A sampling request's step: its new tokens and text, and whether it finished.
   struct Sampled {
@@ -140,12 +144,15 @@ class EngineCore {
   void fail_expired();
   // SnapKV: a request whose prompt (longer than the budget) the step finishes, scored by the
   // attention its last tokens pay while the step runs.
+  // A request whose step computes tokens of its SnapKV observation window.
   struct SnapKvJob {
     size_t item;  // in SchedulerOutput::scheduled and the runner's batch
     Request* request;
-    SnapKvScorer scorer;
+    SnapKvScorer* scorer;  // its Active's
+    int length;            // the tokens SnapKV compacts: the last window token's end
+    bool last;             // the step computes the window's last token: compact after it
   };
-  std::vector<SnapKvJob> snapkv_jobs(const SchedulerOutput& output) const;
+  std::vector<SnapKvJob> snapkv_jobs(const SchedulerOutput& output);
   // Adds this layer's attention of the jobs' window tokens.
   void observe_for_snapkv(std::vector<SnapKvJob>& jobs, int layer, const float* queries);
   // Compacts the job's request to the budget (its shared prefix kept whole).

@@ -10,13 +10,6 @@
 
 namespace tachyon {
 
-// Why SnapKV refuses sliding-window models: it keeps different positions per KV head, which a
-// local layer's window (counted in positions) cannot follow.
-inline constexpr const char* kWindowModelsKeepTheirCache =
-    "SnapKV eviction is not built for sliding-window models (Gemma 3, Mistral): their local "
-    "layers already attend to a bounded window; use the sink or truncate context-overflow "
-    "policy for long chats";
-
 struct EngineOptions {
   // Most tokens (decodes + prompt chunks) in one engine step. Bounds the latency a long prompt
   // adds to running streams.

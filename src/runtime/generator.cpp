@@ -139,9 +139,7 @@ Status Generator::check_cache_policies() const {
     return unsupported("the sink context-overflow policy and SnapKV run in one process (not "
                        "with --tp or --pp yet)");
   }
-  if (snapkv_budget_ > 0 && model_.config().has_local_layers()) {
-    return unsupported(kWindowModelsKeepTheirCache);
-  }
+  if (snapkv_budget_ > 0) return check_snapkv_budget(model_.config(), snapkv_budget_);
   return Status();
 }
 

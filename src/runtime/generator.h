@@ -76,7 +76,7 @@ class Generator {
   // SnapKV (runtime/snap_kv.h) for the next generate() calls: a prompt longer than `budget`
   // tokens keeps that many positions per KV head once computed. 0: off. Not with sink.
   void set_snapkv(int budget) { snapkv_budget_ = budget; }
-  // SnapKV refuses sliding-window models (kWindowModelsKeepTheirCache).
+  // The sink policy and SnapKV in one process; SnapKV's budget (check_snapkv_budget).
   Status check_cache_policies() const;
 
   // Computes the prompt only (no sampling) and returns the last position's logits.

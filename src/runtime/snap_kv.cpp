@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 
 namespace tachyon {
@@ -11,12 +13,16 @@ namespace tachyon {
 SnapKvScorer::SnapKvScorer(const DecoderModel& model, int length, SnapKvOptions options)
     : shape_(model.attention_shape()),
       num_layers_(model.config().num_layers),
+      sliding_window_(model.config().sliding_window),
       length_(length),
       options_(options),
       scored_(std::max(0, length - options.window)) {
   TACHYON_CHECK(!model.config().mla.enabled() && options.window > 0 &&
                 options.budget >= options.window);
   scores_.assign(static_cast<size_t>(num_layers_) * shape_.num_kv_heads * scored_, 0.0);
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    local_.push_back(model.config().layer_is_local(layer));
+  }
 }
 
 void SnapKvScorer::observe(const KvCache& cache, int start_position, int layer,
@@ -34,6 +40,7 @@ void SnapKvScorer::observe(int layer, int start_position, const float* queries, 
                            KeyReader read_keys) {
   const int first = std::max(0, length_ - options_.window - start_position);
   if (first >= num_tokens || scored_ == 0) return;  // no window token here
+  if (local_[static_cast<size_t>(layer)]) return;    // keeps its recent positions
   const int head_size = shape_.head_size;
   const int group = shape_.num_heads / shape_.num_kv_heads;
   const int64_t q_size = static_cast<int64_t>(shape_.num_heads) * head_size;
@@ -72,11 +79,23 @@ KeptPositions SnapKvScorer::kept_positions(int first_scored) const {
   // From the scored span: what the budget leaves after the shared prefix and the window.
   const int from_scored = std::clamp(budget - first_scored - (length_ - scored_), 0,
                                      scored_ - first_scored);
+  const int count = first_scored + from_scored + (length_ - scored_);
+  const bool any_local = std::find(local_.begin(), local_.end(), true) != local_.end();
+  if (any_local && count - first_scored < sliding_window_ - 1) {
+    return recent_positions(num_layers_, shape_.num_kv_heads, length_, length_);  // all
+  }
+  std::vector<int> recent(count);  // the sliding-window layers' positions
+  std::iota(recent.begin(), recent.begin() + first_scored, 0);
+  std::iota(recent.begin() + first_scored, recent.end(), length_ - (count - first_scored));
   const int half = options_.pool_kernel / 2;
   KeptPositions kept(num_layers_, std::vector<std::vector<int>>(shape_.num_kv_heads));
   std::vector<double> pooled(scored_);
   std::vector<int> order;
   for (int layer = 0; layer < num_layers_; ++layer) {
+    if (local_[static_cast<size_t>(layer)]) {
+      kept[layer].assign(shape_.num_kv_heads, recent);
+      continue;
+    }
     for (int kv_head = 0; kv_head < shape_.num_kv_heads; ++kv_head) {
       const double* scores =
           scores_.data() + (static_cast<size_t>(layer) * shape_.num_kv_heads + kv_head) * scored_;
@@ -102,6 +121,20 @@ KeptPositions SnapKvScorer::kept_positions(int first_scored) const {
     }
   }
   return kept;
+}
+
+Status check_snapkv_budget(const ModelConfig& config, int budget) {
+  if (config.mla.enabled()) {
+    return invalid_argument("SnapKV is not built for MLA models (their cache is one latent per token)");
+  }
+  if (budget < 64) return invalid_argument(fmt::format("SnapKV budget {} is below 64 tokens", budget));
+  if (config.has_local_layers() && budget < config.sliding_window) {
+    return invalid_argument(fmt::format(
+        "SnapKV budget {} is below the model's sliding window of {} tokens (its local layers "
+        "keep a whole window of recent positions)",
+        budget, config.sliding_window));
+  }
+  return Status();
 }
 
 KeptPositions recent_positions(int num_layers, int num_kv_heads, int length, int budget) {

@@ -256,10 +256,12 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
     blocks = std::move(*allocated);
   }
   if (local_pool_ != nullptr) {
-    // Local blocks no token from num_computed_tokens on can see go back (named ones stay in
-    // the prefix cache, for a later request's window); the sink's stay.
+    // Local blocks no token from the first uncomputed one on can see go back (named ones stay
+    // in the prefix cache, for a later request's window); the sink's stay. (Blocks hold slots:
+    // after SnapKV, positions less what it dropped.)
     std::vector<BlockId>& local = request->local_blocks;
-    const int first = std::min<int>(first_window_block(request->num_computed_tokens), local.size());
+    const int first =
+        std::min<int>(first_window_block(request->num_computed_slots()), local.size());
     for (int i = local_sink_blocks(*request); i < first; ++i) {
       if (local[i] == kNoBlock) continue;
       local_pool_->release(std::span<const BlockId>(&local[i], 1));
@@ -279,20 +281,42 @@ bool Scheduler::grow_blocks(Request* request, int num_tokens) {
   return true;
 }
 
-std::optional<std::vector<BlockId>> Scheduler::blocks_for_compaction(int num_shared_blocks,
-                                                                     int num_slots) {
-  return pool_.allocate(blocks_for(num_slots) - num_shared_blocks);
+std::optional<Scheduler::CompactionBlocks> Scheduler::blocks_for_compaction(int num_shared_blocks,
+                                                                            int num_slots) {
+  CompactionBlocks blocks;
+  std::optional<std::vector<BlockId>> fresh =
+      pool_.allocate(blocks_for(num_slots) - num_shared_blocks);
+  if (!fresh) return std::nullopt;
+  blocks.fresh = std::move(*fresh);
+  if (local_pool_ != nullptr) {
+    blocks.first_local_block = first_window_block(num_slots);
+    std::optional<std::vector<BlockId>> local =
+        local_pool_->allocate(blocks_for(num_slots) - blocks.first_local_block);
+    if (!local) {
+      pool_.release(blocks.fresh);
+      return std::nullopt;
+    }
+    blocks.local = std::move(*local);
+  }
+  return blocks;
 }
 
-void Scheduler::compact(Request* request, int num_shared_blocks, std::vector<BlockId> fresh,
+void Scheduler::compact(Request* request, int num_shared_blocks, CompactionBlocks blocks,
                         int num_slots) {
-  TACHYON_CHECK(num_slots <= request->num_computed_slots() && request->sink_tokens == 0 &&
-                local_pool_ == nullptr);
+  TACHYON_CHECK(num_slots <= request->num_computed_slots() && request->sink_tokens == 0);
   request->slot_offset += request->num_computed_slots() - num_slots;
   request->compacted = true;
   pool_.release(std::span<const BlockId>(request->blocks).subspan(num_shared_blocks));
   request->blocks.resize(num_shared_blocks);
-  request->blocks.insert(request->blocks.end(), fresh.begin(), fresh.end());
+  request->blocks.insert(request->blocks.end(), blocks.fresh.begin(), blocks.fresh.end());
+  if (local_pool_ != nullptr) {
+    for (BlockId block : request->local_blocks) {
+      if (block != kNoBlock) local_pool_->release(std::span<const BlockId>(&block, 1));
+    }
+    request->local_blocks.assign(blocks.first_local_block, kNoBlock);
+    request->local_blocks.insert(request->local_blocks.end(), blocks.local.begin(),
+                                 blocks.local.end());
+  }
   request->first_moved_block = num_shared_blocks;
   request->block_hashes.resize(
       std::min<size_t>(request->block_hashes.size(), static_cast<size_t>(num_shared_blocks)));

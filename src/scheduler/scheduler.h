@@ -83,15 +83,21 @@ class Scheduler {
   // Whether a step scheduled now may carry draft tokens (see max_speculative_sequences).
   bool may_speculate() const;
 
-  // SnapKV: blocks for a request's compacted positions after its first `num_shared_blocks`
-  // blocks (which stay), `num_slots` positions in all. nullopt when the pool
-  // is short (nothing changes).
-  std::optional<std::vector<BlockId>> blocks_for_compaction(int num_shared_blocks, int num_slots);
-  // Then, once the runtime wrote them: the request runs on its shared blocks and `fresh`; its
-  // earlier blocks go back to the pool, still named (their exact keys stay in the prefix
+  // SnapKV's new blocks for a request: `fresh` for its compacted positions after its first
+  // `num_shared_blocks` blocks (which stay), `num_slots` positions in all; with a local pool,
+  // `local` for the local layers' blocks from `first_local_block` on (the window of the slot
+  // after the last; the blocks before it are kNoBlock).
+  struct CompactionBlocks {
+    std::vector<BlockId> fresh;
+    std::vector<BlockId> local;
+    int first_local_block = 0;
+  };
+  // nullopt when a pool is short (nothing changes).
+  std::optional<CompactionBlocks> blocks_for_compaction(int num_shared_blocks, int num_slots);
+  // Then, once the runtime wrote them: the request runs on its shared blocks and the new ones;
+  // its earlier blocks go back to the pools, still named (their exact keys stay in the prefix
   // cache); its later tokens' slots are offset by what was dropped.
-  void compact(Request* request, int num_shared_blocks, std::vector<BlockId> fresh,
-               int num_slots);
+  void compact(Request* request, int num_shared_blocks, CompactionBlocks blocks, int num_slots);
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }

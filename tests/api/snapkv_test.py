@@ -4,7 +4,9 @@ client: a 1,500-token prompt is compressed to 256 positions per KV head once com
 its answer is generated it holds about 256 positions' blocks instead of 1,500's (KV blocks in
 use sampled from /metrics as the answer streams); /metrics counts the compaction and the positions dropped; the first
 token is the uncompressed server's (it comes before the compaction) and the answer is text; a
-budget below 64 is refused at start. `generate` and `chat` take the same flags.
+budget below 64 is refused at start. `generate` and `chat` take the same flags. On a
+sliding-window model (Gemma 3 270M: window 512) the global layers are compressed and the local
+ones keep their recent window; a budget below the window is refused.
 
     .venv/bin/python tests/api/snapkv_test.py --tachyon build/tachyon
 """
@@ -20,7 +22,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, exit_status, info, section  # noqa: E402
-from kv_disk_test import corpus_prompt  # noqa: E402
+from kv_disk_test import GEMMA, corpus_prompt  # noqa: E402
 from server_fixture import TachyonServer, http_get, parse_prometheus  # noqa: E402
 
 BUDGET, PROMPT, ANSWER = 256, 1500, 120
@@ -31,12 +33,13 @@ def metrics(server: TachyonServer) -> dict[str, float]:
     return parse_prometheus(body.decode()) if status == 200 else {}
 
 
-def answer_with_peak(server: TachyonServer, prompt: list[int]) -> tuple[str, int, float]:
+def answer_with_peak(server: TachyonServer, prompt: list[int],
+                     answer: int = ANSWER) -> tuple[str, int, float]:
     """A greedy completion, streamed; the most KV blocks in use while its answer was being
     generated (sampled at every 10th chunk, after the first ones)."""
     client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
     model = client.models.list().data[0].id
-    stream = client.completions.create(model=model, prompt=prompt, max_tokens=ANSWER,
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=answer,
                                        temperature=0, stream=True,
                                        stream_options={"include_usage": True},
                                        extra_body={"ignore_eos": True})
@@ -112,12 +115,42 @@ def check_commands(tachyon: str) -> None:
           chat.returncode == 0 and "error" not in chat.stderr, chat.stderr[-300:])
 
 
+def check_sliding_window_model(tachyon: str) -> None:
+    budget, answer = 640, 40
+    prompt = corpus_prompt(tachyon, 50000, PROMPT, ("-m", str(GEMMA)))
+    plain = subprocess.run([tachyon, "generate", "-m", str(GEMMA), "-p", "x", "-n", "1",
+                            "--kv-evict", "snapkv", "--kv-evict-budget", "256"],
+                           capture_output=True, text=True, timeout=120)
+    check("Gemma 3: a budget below its window of 512 is refused",
+          plain.returncode != 0 and "sliding window of 512" in plain.stderr, plain.stderr[-300:])
+    args = ["-m", str(GEMMA), "--kv-cache-mem", "256MiB"]
+    with TachyonServer(tachyon, args=args) as server:
+        full, _, full_peak = answer_with_peak(server, prompt, answer)
+    with TachyonServer(tachyon, args=[*args, "--kv-evict", "snapkv", "--kv-evict-budget",
+                                      str(budget)]) as server:
+        snap, snap_tokens, snap_peak = answer_with_peak(server, prompt, answer)
+        values = metrics(server)
+    info(f"Gemma 3: KV blocks in use (global layers) {full_peak:.0f} uncompressed, "
+         f"{snap_peak:.0f} with SnapKV (budget {budget})")
+    info(f"Gemma 3 uncompressed: {full[:80]!r}")
+    info(f"Gemma 3 SnapKV:       {snap[:80]!r}")
+    check("Gemma 3, SnapKV: the whole completion, one compaction",
+          snap_tokens == answer and values.get("tachyon:snapkv_compactions_total") == 1,
+          (snap_tokens, values.get("tachyon:snapkv_compactions_total")))
+    check("Gemma 3, SnapKV: the global layers hold the budget's blocks, not the prompt's",
+          0 < snap_peak <= (budget + answer) // 16 + 2 and full_peak >= PROMPT // 16,
+          (snap_peak, full_peak))
+    check("Gemma 3, SnapKV: the first word is the uncompressed server's",
+          snap.split()[:1] == full.split()[:1], (snap[:40], full[:40]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tachyon", required=True)
     args = parser.parse_args()
     section("snapkv", check_snapkv, args.tachyon)
     section("generate and chat", check_commands, args.tachyon)
+    section("sliding-window model", check_sliding_window_model, args.tachyon)
     return exit_status()
 
 

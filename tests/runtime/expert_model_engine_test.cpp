@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "runtime/mtp_runner.h"
+#include "runtime/snap_kv.h"
 #include "engine_test_util.h"
 
 namespace tachyon {
@@ -605,6 +607,93 @@ TEST_P(SlidingWindowCacheTest, DiskTierSurvivesARestart) {
     expect_pool_back_to_full(*engine);
   }
   std::filesystem::remove_all(directory);
+}
+
+// SnapKV on sliding-window models: the global layers keep what the window tokens attend to,
+// the local ones their recent positions. The engine's tokens are those of the same compaction
+// on a contiguous cache; on Mistral (every layer local) SnapKV changes nothing at all.
+TEST_P(SlidingWindowCacheTest, SnapKvKeepsTheLocalLayersWindows) {
+  LoadedModel loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  DecoderModel& model = *loaded.model;
+  ThreadPool pool(2);
+  constexpr int kBudget = 64, kLength = 100, kNew = 20, kChunk = 48;
+  std::vector<TokenId> prompt;
+  for (const std::vector<TokenId>& part : make_prompts(model, 16)) {
+    prompt.insert(prompt.end(), part.begin(), part.end());
+  }
+  prompt.resize(kLength);
+  EngineOptions options;
+  options.kv_cache_type = DType::kF16;
+  options.kv_cache_bytes = 16 << 20;
+  options.max_batch_tokens = kChunk;
+  options.snapkv_budget = kBudget;
+  std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
+  ASSERT_TRUE(engine);
+  EngineRequest request = greedy_request(prompt, kNew);
+  request.sampling.logprobs = true;
+  const EngineOutput compacted = run_alone(*engine, request);
+  ASSERT_TRUE(compacted.status.ok()) << compacted.status.message();
+  const EngineMetrics metrics = testing_util::settled_metrics(*engine);
+  EXPECT_EQ(metrics.snapkv_compactions_total, 1u);
+  EXPECT_EQ(metrics.snapkv_evicted_tokens_total, static_cast<uint64_t>(kLength - kBudget));
+  expect_pool_back_to_full(*engine);
+
+  // The contiguous reference: the prompt in the engine's chunks, observed, then compacted.
+  KvCache cache = model.make_cache(128, DType::kF16);
+  SnapKvScorer scorer(model, kLength, {.budget = kBudget});
+  std::vector<float> logits;
+  for (int start = 0; start < kLength; start += kChunk) {
+    const int count = std::min(kChunk, kLength - start);
+    auto observe = [&](int layer, const float* queries, int num_tokens) {
+      scorer.observe(cache, start, layer, queries, num_tokens);
+    };
+    const DecoderModel::AttentionObserver observer = observe;
+    ASSERT_TRUE(model.forward(std::span(prompt).subspan(start, count), start, cache, pool, 1,
+                              logits, 0, &observer)
+                    .ok());
+  }
+  const int vocab = model.config().vocab_size;
+  auto greedy = [&] {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
+                                logits.begin());
+  };
+  std::vector<TokenId> expected = {greedy()};
+  const KeptPositions kept = scorer.kept_positions();
+  for (int layer = 0; layer < model.config().num_layers; ++layer) {
+    if (!model.config().layer_is_local(layer)) continue;
+    std::vector<int> recent(kBudget);
+    std::iota(recent.begin(), recent.end(), kLength - kBudget);
+    EXPECT_EQ(kept[layer][0], recent) << "local layer " << layer;
+  }
+  compact_cache(cache, kept);
+  for (int t = 1; t < kNew; ++t) {
+    const std::vector<TokenId> one = {expected.back()};
+    ASSERT_TRUE(model.forward(one, kBudget + t - 1, cache, pool, 1, logits, kLength - kBudget)
+                    .ok());
+    expected.push_back(greedy());
+  }
+  EXPECT_EQ(compacted.tokens, expected);
+
+  if (GetParam() == "mistral_window") {  // every layer local: exactly the uncompacted run
+    EngineOptions plain_options = options;
+    plain_options.snapkv_budget = 0;
+    std::unique_ptr<Engine> plain = make_engine(loaded, pool, plain_options);
+    ASSERT_TRUE(plain);
+    const EngineOutput full = run_alone(*plain, request);
+    EXPECT_EQ(full.tokens, compacted.tokens);
+    ASSERT_EQ(full.logprobs.size(), compacted.logprobs.size());
+    for (size_t i = 0; i < full.logprobs.size(); ++i) {
+      EXPECT_NEAR(full.logprobs[i].chosen.logprob, compacted.logprobs[i].chosen.logprob, 1e-4);
+    }
+  }
+
+  // A budget below the window would cut into it: refused.
+  ModelConfig wide = model.config();
+  wide.sliding_window = 100;
+  const Status refused = check_snapkv_budget(wide, 80);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("sliding window of 100"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, SlidingWindowCacheTest,
