@@ -28,11 +28,12 @@ int64_t available_memory_bytes() {
 
 namespace {
 
-// The local layers' pool of a model that mixes sliding-window and global layers: every running
-// request's window (the positions its next tokens see: the window plus a step's tokens, in
-// blocks, and the first block a sink request keeps) and as much again for the windows of
-// cached prefixes, but no more than the share of the memory these layers would take without
-// windows, and never less than one request's window. Models whose layers are all local or all global keep one pool.
+// The local layers' pool of a model with sliding-window layers: every running request's window
+// (the positions its next tokens see: the window plus a step's tokens, in blocks, and the first
+// block a sink request keeps) and as much again for the windows of cached prefixes, but no
+// more than the share of the memory these layers would take without windows, and never less
+// than one request's window. When every layer is local (Mistral) the other pool holds no
+// layer: its blocks only name positions (for block tables and the prefix cache).
 struct LocalPoolSize {
   int layers = 0;     // local layers in the pool (0: no local pool)
   int blocks = 0;
@@ -43,7 +44,7 @@ LocalPoolSize local_pool_size(const ModelConfig& config, const EngineOptions& op
                               int64_t kv_bytes) {
   LocalPoolSize local;
   for (int layer = 0; layer < config.num_layers; ++layer) local.layers += config.layer_is_local(layer);
-  if (local.layers == 0 || local.layers == config.num_layers) return LocalPoolSize();
+  if (local.layers == 0) return LocalPoolSize();
   const int64_t block_bytes = static_cast<int64_t>(
       PagedKvCache::block_bytes(local.layers, config.kv_size(), options.block_size,
                                 options.kv_cache_type, config.kv_values_are_keys()));
@@ -107,8 +108,17 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   const LocalPoolSize local = local_pool_size(config, options, kv_bytes);
   const int64_t global_block_bytes =
       static_cast<int64_t>(block_bytes) / config.num_layers * (config.num_layers - local.layers);
+  // All layers local: blocks without bytes, as many as every running request's whole context
+  // twice over (or what the memory would hold without windows, if more).
   const int64_t num_blocks =
-      std::min<int64_t>((kv_bytes - local.bytes) / global_block_bytes, 1 << 24);
+      global_block_bytes > 0
+          ? std::min<int64_t>((kv_bytes - local.bytes) / global_block_bytes, 1 << 24)
+          : std::min<int64_t>(
+                std::max<int64_t>(kv_bytes / static_cast<int64_t>(block_bytes),
+                                  2LL * options.max_running_requests *
+                                      ((config.context_length + options.block_size - 1) /
+                                       options.block_size)),
+                1 << 24);
   if (num_blocks < 1) {
     return out_of_range(fmt::format(
         "KV cache memory of {} bytes holds no block ({} bytes for {} tokens)", kv_bytes,

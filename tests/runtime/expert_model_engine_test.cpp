@@ -102,7 +102,7 @@ TEST_P(ExpertModelEngineTest, PrefixCacheHitGivesTheSameTokens) {
   for (int layer = 0; layer < config.num_layers; ++layer) {
     growing_layers += !config.layer_is_local(layer);
   }
-  if (growing_layers == 0) growing_layers = config.num_layers;  // all local (Mistral): one pool
+  // (All local, Mistral: nothing grows with the context.)
   EXPECT_EQ(engine->metrics().kv_bytes_per_token, growing_layers * per_layer * 2);
   EXPECT_EQ(engine->metrics().kv_local_blocks_total > 0,
             growing_layers < config.num_layers);
@@ -123,6 +123,10 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
       12;
   options.max_batch_tokens = 64;
   options.enable_prefix_cache = false;
+  bool all_local = config.has_local_layers();
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    all_local = all_local && config.layer_is_local(layer);
+  }
   std::unique_ptr<Engine> engine = make_engine(loaded, pool, options);
   ASSERT_TRUE(engine);
   std::vector<std::vector<TokenId>> prompts = make_prompts(*loaded.model, 12);
@@ -137,7 +141,10 @@ TEST_P(ExpertModelEngineTest, PreemptAndResumeGivesTheSameTokens) {
     ASSERT_TRUE(together.status.ok()) << together.status.message();
     EXPECT_EQ(together.tokens, alone[i].tokens) << "request " << i;
   }
-  EXPECT_GT(engine->metrics().preemptions_total, 0u);
+  // (Mistral's layers all hold only their windows: its requests wait rather than run short.)
+  if (!all_local) {
+    EXPECT_GT(engine->metrics().preemptions_total, 0u);
+  }
   expect_pool_back_to_full(*engine);
 }
 
