@@ -109,15 +109,21 @@ Result<std::unique_ptr<Engine>> Engine::create(DecoderModel& model, const Tokeni
   const int64_t global_block_bytes =
       static_cast<int64_t>(block_bytes) / config.num_layers * (config.num_layers - local.layers);
   // All layers local: blocks without bytes, as many as every running request's whole context
-  // twice over (or what the memory would hold without windows, if more).
+  // twice over (or what the memory would hold without windows, if more). A draft model's cache
+  // has a block for each of them, with bytes: then only the latter.
+  const bool draft_model =
+      options.speculative.enabled() && options.speculative.mode == SpeculativeMode::kDraft;
+  const int64_t without_windows = kv_bytes / static_cast<int64_t>(block_bytes);
   const int64_t num_blocks =
       global_block_bytes > 0
           ? std::min<int64_t>((kv_bytes - local.bytes) / global_block_bytes, 1 << 24)
           : std::min<int64_t>(
-                std::max<int64_t>(kv_bytes / static_cast<int64_t>(block_bytes),
-                                  2LL * options.max_running_requests *
-                                      ((config.context_length + options.block_size - 1) /
-                                       options.block_size)),
+                draft_model ? without_windows
+                            : std::max<int64_t>(without_windows,
+                                                2LL * options.max_running_requests *
+                                                    ((config.context_length +
+                                                      options.block_size - 1) /
+                                                     options.block_size)),
                 1 << 24);
   if (num_blocks < 1) {
     return out_of_range(fmt::format(
