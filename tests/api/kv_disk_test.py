@@ -140,6 +140,23 @@ def serve(tachyon: str, directory: Path, size: str = "1GiB", extra: tuple = (),
                                                      size, "--kv-cache-mem", "512MiB", *extra])
 
 
+def read_back_after_restart(server: TachyonServer, prompt: list[int], cold: Run,
+                            label: str = "") -> Run:
+    """Restarts `server` (left running) and sends `prompt` again: every full block comes back
+    from disk, the output is the cold run's, the time to first token at most 25% of its."""
+    full_blocks = (len(prompt) - 1) // BLOCK
+    server.restart()
+    warm = complete(server, prompt)
+    info(f"{label}TTFT cold {cold.ttft * 1000:.0f} ms, after restart {warm.ttft * 1000:.0f} ms "
+         f"({warm.cached} cached tokens)")
+    check(f"{label}after a restart cached_tokens covers every full block",
+          warm.cached == full_blocks * BLOCK, (warm.cached, full_blocks * BLOCK))
+    check(f"{label}same output as the cold run", warm.text == cold.text, (warm.text, cold.text))
+    check(f"{label}TTFT <= 25% of the cold run's", warm.ttft <= 0.25 * cold.ttft,
+          f"{warm.ttft:.3f} s vs {cold.ttft:.3f} s")
+    return warm
+
+
 def check_restart_and_damage(tachyon: str, work: Path) -> None:
     info("-- restart: a 2,000-token prompt comes back from disk")
     directory = work / "kv"
@@ -162,16 +179,8 @@ def check_restart_and_damage(tachyon: str, work: Path) -> None:
     on_disk = files_by_hash(directory)
     check("a file per full block, named by model and block",
           all(h in on_disk for h in hashes), f"{len(on_disk)} files, {len(hashes)} blocks")
-    server.restart()
     try:
-        warm = complete(server, prompt)
-        info(f"TTFT cold {cold.ttft * 1000:.0f} ms, after restart {warm.ttft * 1000:.0f} ms "
-             f"({warm.cached} cached tokens)")
-        check("after a restart cached_tokens covers every full block",
-              warm.cached == full_blocks * BLOCK, (warm.cached, full_blocks * BLOCK))
-        check("same output as the cold run", warm.text == cold.text, (warm.text, cold.text))
-        check("TTFT <= 25% of the cold run's", warm.ttft <= 0.25 * cold.ttft,
-              f"{warm.ttft:.3f} s vs {cold.ttft:.3f} s")
+        read_back_after_restart(server, prompt, cold)
         values = server_metrics(server)
         check("/metrics: disk hits counted",
               metric(values, "tachyon:prefix_cache_disk_hits_total") == full_blocks * BLOCK,
@@ -253,17 +262,8 @@ def check_sliding_window_model(tachyon: str, work: Path) -> None:
         check("Gemma 3: every full block written", written >= len(prompt) // BLOCK, written)
     finally:
         server.stop()
-    server.restart()
     try:
-        warm = complete(server, prompt)
-        info(f"Gemma 3: TTFT cold {cold.ttft * 1000:.0f} ms, after restart "
-             f"{warm.ttft * 1000:.0f} ms ({warm.cached} cached tokens)")
-        check("Gemma 3: after a restart cached_tokens covers every full block",
-              warm.cached == full_blocks * BLOCK, (warm.cached, full_blocks * BLOCK))
-        check("Gemma 3: same output as the cold run", warm.text == cold.text,
-              (warm.text, cold.text))
-        check("Gemma 3: TTFT <= 25% of the cold run's", warm.ttft <= 0.25 * cold.ttft,
-              f"{warm.ttft:.3f} s vs {cold.ttft:.3f} s")
+        read_back_after_restart(server, prompt, cold, "Gemma 3: ")
     finally:
         server.stop()
     # The last byte of a file is its local layers' part; the block is in the last window.

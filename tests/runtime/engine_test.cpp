@@ -24,6 +24,7 @@ using testing_util::expect_pool_back_to_full;
 using testing_util::greedy_request;
 using testing_util::make_engine;
 using testing_util::run_alone;
+using testing_util::run_together;
 using testing_util::settled_metrics;
 
 const std::string kTinyModel = std::string(TACHYON_TINY_MODELS) + "/llama_gqa.f32.gguf";
@@ -361,15 +362,9 @@ TEST_P(EngineCacheTypeTest, SinkRunsPastTheContextTheSameAloneAndBatched) {
   }
 
   // The same with others around: two more sink copies (sharing its blocks) and a plain one.
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 3; ++i) {
-    EngineRequest request = i < 2 ? sink : greedy_request(make_prompts(*loaded.tokenizer, 8)[1], 20);
-    Result<std::shared_ptr<RequestStream>> stream = engine->submit(request);
-    ASSERT_TRUE(stream.ok()) << stream.status().message();
-    streams.push_back(*stream);
-  }
-  std::vector<EngineOutput> outputs;
-  for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+  const std::vector<EngineOutput> outputs = run_together(
+      *engine, {sink, sink, greedy_request(make_prompts(*loaded.tokenizer, 8)[1], 20)});
+  ASSERT_EQ(outputs.size(), 3u);
   EXPECT_EQ(outputs[0].tokens, alone.tokens);
   EXPECT_EQ(outputs[1].tokens, alone.tokens);
   EXPECT_EQ(outputs[2].completion_tokens, 20);

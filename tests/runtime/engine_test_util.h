@@ -65,6 +65,20 @@ inline EngineOutput run_alone(Engine& engine, EngineRequest request) {
   return (*stream)->wait_for_all();
 }
 
+// Submits every request at once and waits for all of them, in order.
+inline std::vector<EngineOutput> run_together(Engine& engine,
+                                              const std::vector<EngineRequest>& requests) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& request : requests) {
+    Result<std::shared_ptr<RequestStream>> stream = engine.submit(request);
+    EXPECT_TRUE(stream.ok()) << stream.status().message();
+    if (stream.ok()) streams.push_back(*stream);
+  }
+  std::vector<EngineOutput> outputs;
+  for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+  return outputs;
+}
+
 // The engine publishes its gauges after each step; wait for the last one.
 inline EngineMetrics settled_metrics(const Engine& engine) {
   EngineMetrics metrics = engine.metrics();

@@ -507,18 +507,12 @@ TEST_P(SlidingWindowCacheTest, SinkMovesEveryLayerWithItsOwnRope) {
     EXPECT_EQ(same, 120) << "the engine and the contiguous cache part after token " << same;
 
     // Two more copies (sharing its prompt's blocks, copied before they move) and a plain one.
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < 3; ++i) {
-      const std::vector<TokenId> plain(
-          prompts[2].begin(),
-          prompts[2].begin() + std::min<int>(prompts[2].size(), shape.context / 2));
-      EngineRequest request = i < 2 ? sink : greedy_request(plain, 8);
-      Result<std::shared_ptr<RequestStream>> stream = engine->submit(request);
-      ASSERT_TRUE(stream.ok()) << stream.status().message();
-      streams.push_back(*stream);
-    }
-    std::vector<EngineOutput> outputs;
-    for (auto& stream : streams) outputs.push_back(stream->wait_for_all());
+    const std::vector<TokenId> plain(
+        prompts[2].begin(),
+        prompts[2].begin() + std::min<int>(prompts[2].size(), shape.context / 2));
+    const std::vector<EngineOutput> outputs =
+        testing_util::run_together(*engine, {sink, sink, greedy_request(plain, 8)});
+    ASSERT_EQ(outputs.size(), 3u);
     EXPECT_EQ(outputs[0].tokens, alone.tokens);
     EXPECT_EQ(outputs[1].tokens, alone.tokens);
     EXPECT_EQ(outputs[2].completion_tokens, 8);
