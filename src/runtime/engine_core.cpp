@@ -529,12 +529,15 @@ std::vector<EngineCore::SnapKvJob> EngineCore::snapkv_jobs(const SchedulerOutput
     const ScheduledRequest& item = output.scheduled[i];
     Request* request = item.request;
     // Every known token (the prompt, and what a preempted request had generated) is computed
-    // by the step that samples; SnapKV then compacts them once.
+    // by the step that samples; SnapKV then compacts them once. Not while it decodes: a prompt
+    // within the budget stays whole, as in the Generator.
     const int length = request->num_tokens();
     const int end = request->num_computed_tokens + item.num_new_tokens - item.num_draft_tokens;
     const int window_start = length - SnapKvOptions().window;
+    const bool decoding = request->num_computed_tokens >= request->num_prompt_tokens &&
+                          end - request->num_computed_tokens == 1;
     if (request->compacted || request->sink_tokens != 0 || length <= options_.snapkv_budget ||
-        end <= window_start) {
+        end <= window_start || decoding) {
       continue;
     }
     Active& active = *active_.at(request->id);

@@ -413,34 +413,9 @@ TEST_P(EngineCacheTypeTest, SnapKvCompactsLongPromptsAsTheContiguousCacheDoes) {
   EXPECT_EQ(metrics.snapkv_compactions_total, 1u);
   EXPECT_EQ(metrics.snapkv_evicted_tokens_total, 300u - 128u);
 
-  // The contiguous reference: the prompt in the engine's chunks, the last one observed.
-  KvCache cache = model.make_cache(512, GetParam());
-  SnapKvScorer scorer(model, 300, {.budget = 128});
-  std::vector<float> logits;
-  for (int start = 0; start < 300; start += 256) {
-    const int count = std::min(256, 300 - start);
-    auto observe = [&](int layer, const float* queries, int num_tokens) {
-      scorer.observe(cache, start, layer, queries, num_tokens);
-    };
-    const DecoderModel::AttentionObserver observer = observe;
-    ASSERT_TRUE(model.forward(std::span(prompt).subspan(start, count), start, cache, pool, 1,
-                              logits, 0, &observer)
-                    .ok());
-  }
-  const int vocab = model.config().vocab_size;
-  std::vector<TokenId> expected;
-  auto greedy = [&] {
-    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
-                                logits.begin());
-  };
-  expected.push_back(greedy());
-  compact_cache(cache, scorer.kept_positions());
-  for (int t = 1; t < 24; ++t) {
-    const std::vector<TokenId> one = {expected.back()};
-    ASSERT_TRUE(model.forward(one, 128 + t - 1, cache, pool, 1, logits, 300 - 128).ok());
-    expected.push_back(greedy());
-  }
-  EXPECT_EQ(alone.tokens, expected);
+  // The contiguous reference: the prompt in the engine's chunks.
+  EXPECT_EQ(alone.tokens, testing_util::contiguous_snapkv_tokens(model, pool, GetParam(), prompt,
+                                                                 128, 256, 24));
 
   // Its blocks went back to the prefix cache unchanged: the same prompt again, and a shorter
   // one sharing its start, find them there and, their prefix shared, are not compacted;
@@ -473,6 +448,11 @@ TEST_P(EngineCacheTypeTest, SnapKvCompactsLongPromptsAsTheContiguousCacheDoes) {
     std::unique_ptr<Engine> plain = make_engine(loaded, pool, plain_options);
     ASSERT_TRUE(plain);
     EXPECT_EQ(run_alone(*plain, greedy_request(prompt, 24)).tokens, again.tokens);
+    // A prompt within the budget stays whole while its answer grows past the budget.
+    const std::vector<TokenId> short_prompt(other.begin(), other.begin() + 100);
+    EXPECT_EQ(run_alone(*engine, greedy_request(short_prompt, 60)).tokens,
+              run_alone(*plain, greedy_request(short_prompt, 60)).tokens);
+    EXPECT_EQ(settled_metrics(*engine).snapkv_compactions_total, 2u);
   }
   expect_pool_back_to_full(*engine);
 

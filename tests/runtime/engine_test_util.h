@@ -13,8 +13,49 @@
 
 #include "model_files/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/snap_kv.h"
 
 namespace tachyon::testing_util {
+
+// SnapKV on a contiguous cache as the engine runs it: the prompt computed in chunks of `chunk`
+// tokens (the observation window's tokens observed in whichever chunk computes them), each
+// KV head compacted to `budget` positions, then `count` greedy tokens (the first one from the
+// whole prompt). The positions kept go to `kept` when given.
+inline std::vector<TokenId> contiguous_snapkv_tokens(DecoderModel& model, ThreadPool& pool,
+                                                     DType cache_type,
+                                                     std::span<const TokenId> prompt, int budget,
+                                                     int chunk, int count,
+                                                     KeptPositions* kept = nullptr) {
+  const int length = static_cast<int>(prompt.size());
+  KvCache cache = model.make_cache(length + count, cache_type);
+  SnapKvScorer scorer(model, length, {.budget = budget});
+  std::vector<float> logits;
+  for (int start = 0; start < length; start += chunk) {
+    auto observe = [&](int layer, const float* queries, int num_tokens) {
+      scorer.observe(cache, start, layer, queries, num_tokens);
+    };
+    const DecoderModel::AttentionObserver observer = observe;
+    EXPECT_TRUE(model.forward(prompt.subspan(start, std::min(chunk, length - start)), start,
+                              cache, pool, 1, logits, 0, &observer)
+                    .ok());
+  }
+  const int vocab = model.config().vocab_size;
+  auto greedy = [&] {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
+                                logits.begin());
+  };
+  std::vector<TokenId> tokens = {greedy()};
+  const KeptPositions positions = scorer.kept_positions();
+  if (kept != nullptr) *kept = positions;
+  compact_cache(cache, positions);
+  const int offset = length - static_cast<int>(positions[0][0].size());
+  for (int t = 1; t < count; ++t) {
+    const std::vector<TokenId> one = {tokens.back()};
+    EXPECT_TRUE(model.forward(one, length - offset + t - 1, cache, pool, 1, logits, offset).ok());
+    tokens.push_back(greedy());
+  }
+  return tokens;
+}
 
 // A GGUF file with its tokenizer and model (null members, and a test failure, when it does
 // not load).

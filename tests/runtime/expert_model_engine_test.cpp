@@ -640,41 +640,18 @@ TEST_P(SlidingWindowCacheTest, SnapKvKeepsTheLocalLayersWindows) {
   EXPECT_EQ(metrics.snapkv_evicted_tokens_total, static_cast<uint64_t>(kLength - kBudget));
   expect_pool_back_to_full(*engine);
 
-  // The contiguous reference: the prompt in the engine's chunks, observed, then compacted.
-  KvCache cache = model.make_cache(128, DType::kF16);
-  SnapKvScorer scorer(model, kLength, {.budget = kBudget});
-  std::vector<float> logits;
-  for (int start = 0; start < kLength; start += kChunk) {
-    const int count = std::min(kChunk, kLength - start);
-    auto observe = [&](int layer, const float* queries, int num_tokens) {
-      scorer.observe(cache, start, layer, queries, num_tokens);
-    };
-    const DecoderModel::AttentionObserver observer = observe;
-    ASSERT_TRUE(model.forward(std::span(prompt).subspan(start, count), start, cache, pool, 1,
-                              logits, 0, &observer)
-                    .ok());
-  }
-  const int vocab = model.config().vocab_size;
-  auto greedy = [&] {
-    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + vocab) -
-                                logits.begin());
-  };
-  std::vector<TokenId> expected = {greedy()};
-  const KeptPositions kept = scorer.kept_positions();
+  // The contiguous reference: the prompt in the engine's chunks (the observation window spans
+  // the last two), observed, then compacted; the local layers keep their recent positions.
+  KeptPositions kept;
+  EXPECT_EQ(compacted.tokens,
+            testing_util::contiguous_snapkv_tokens(model, pool, DType::kF16, prompt, kBudget,
+                                                   kChunk, kNew, &kept));
   for (int layer = 0; layer < model.config().num_layers; ++layer) {
     if (!model.config().layer_is_local(layer)) continue;
     std::vector<int> recent(kBudget);
     std::iota(recent.begin(), recent.end(), kLength - kBudget);
     EXPECT_EQ(kept[layer][0], recent) << "local layer " << layer;
   }
-  compact_cache(cache, kept);
-  for (int t = 1; t < kNew; ++t) {
-    const std::vector<TokenId> one = {expected.back()};
-    ASSERT_TRUE(model.forward(one, kBudget + t - 1, cache, pool, 1, logits, kLength - kBudget)
-                    .ok());
-    expected.push_back(greedy());
-  }
-  EXPECT_EQ(compacted.tokens, expected);
 
   if (GetParam() == "mistral_window") {  // every layer local: exactly the uncompacted run
     EngineOptions plain_options = options;
