@@ -493,8 +493,10 @@ void EngineCore::step() {
     const bool finishing = std::any_of(sampled.begin(), sampled.end(), [&](const Sampled& item) {
       return item.id == job.request->id && item.output.finished;
     });
-    if (!finishing) compact_for_snapkv(job);
-    if (!finishing) active_.at(job.request->id)->snapkv.reset();
+    if (!finishing) {
+      compact_for_snapkv(job);
+      active_.at(job.request->id)->snapkv.reset();
+    }
   }
   int num_generated = 0;
   std::vector<RequestId> model_drafting;
