@@ -45,6 +45,9 @@ ApiError engine_stopped() {
 // Seconds a client should wait before asking again while the model loads.
 constexpr int kLoadingRetryAfterSeconds = 2;
 
+// How long a /metrics scrape waits for the engine to gather the stages' expert counts (--pp).
+constexpr std::chrono::milliseconds kExpertMetricsWait{2000};
+
 // Valid UTF-8 as a string, anything else as its byte values (llama.cpp's /tokenize does this).
 json::value piece_json(const std::string& bytes) {
   std::string copy = bytes, text;
@@ -131,7 +134,7 @@ asio::awaitable<bool> ApiRouter::serve(Connection& connection, HttpRequest reque
     case Route::kHealth:
       co_return co_await send(connection, health());
     case Route::kMetrics:
-      co_return co_await send(connection, metrics());
+      co_return co_await metrics_route(connection);
     case Route::kModels:
       co_return co_await send(connection, list_models());
     case Route::kModel:
@@ -219,7 +222,41 @@ ApiRouter::Reply ApiRouter::health() const {
   return reply;
 }
 
-ApiRouter::Reply ApiRouter::metrics() const {
+asio::awaitable<bool> ApiRouter::metrics_route(Connection& connection) {
+  std::shared_ptr<const ServedModel> model = context_.model();
+  const bool staged = model != nullptr && model->model != nullptr && model->engine != nullptr &&
+                      model->model->shard().pp_size > 1 &&
+                      model->model->config().moe.num_experts > 0;
+  if (!staged) co_return co_await send(connection, metrics(nullptr));
+  auto promise = std::make_shared<std::promise<void>>();
+  std::future<void> gathered = promise->get_future();
+  model->engine->run_between_steps([promise, latest = latest_experts_](DecoderModel& running) {
+    auto report = std::make_shared<const ExpertLoadReport>(running.expert_load_report());
+    {
+      std::lock_guard<std::mutex> lock(latest->mutex);
+      latest->report = std::move(report);
+    }
+    promise->set_value();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + kExpertMetricsWait;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (gathered.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+         std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  std::shared_ptr<const ExpertLoadReport> report;
+  {
+    std::lock_guard<std::mutex> lock(latest_experts_->mutex);
+    report = latest_experts_->report;
+  }
+  // Nothing gathered yet (the engine busy in a long step since start): no expert series rather
+  // than the leader's stage alone, which would read as the whole model's.
+  ExpertLoadReport none;
+  co_return co_await send(connection, metrics(report != nullptr ? report.get() : &none));
+}
+
+ApiRouter::Reply ApiRouter::metrics(const ExpertLoadReport* experts) const {
   std::shared_ptr<const ServedModel> model = context_.model();
   std::string text;
   if (model != nullptr && model->engine != nullptr) {
@@ -229,7 +266,12 @@ ApiRouter::Reply ApiRouter::metrics() const {
     text = context_.metrics().render(nullptr, context_.options().model_id);
   }
   if (model != nullptr && model->model != nullptr) {
-    text += render_expert_metrics(*model->model, prometheus_model_labels(context_.options().model_id));
+    const std::string labels = prometheus_model_labels(context_.options().model_id);
+    if (experts != nullptr) {
+      text += render_expert_metrics(*model->model, *experts, labels);
+    } else {
+      text += render_expert_metrics(*model->model, model->model->expert_load_report(), labels);
+    }
   }
   if (context_.gateway() != nullptr) text += render_gateway_metrics(context_.gateway()->metrics());
   Reply reply;

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <future>
+#include <memory>
+#include <mutex>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -51,7 +53,11 @@ class ApiRouter : public RequestHandler {
 
   // Plain functions, not coroutines: GCC 12 miscompiles brace-init lists inside coroutines.
   Reply health() const;
-  Reply metrics() const;
+  // GET /metrics. Under --pp the expert series need every stage's counts: they are gathered on
+  // the engine thread between two steps, waited for at most kExpertMetricsWait (a stuck engine
+  // never holds a scrape), else the last gathered ones are shown.
+  asio::awaitable<bool> metrics_route(Connection& connection);
+  Reply metrics(const ExpertLoadReport* experts) const;
   Reply list_models() const;
   Reply get_model(const std::string& id) const;
   Reply tokenize(const HttpRequest& request) const;
@@ -96,6 +102,13 @@ class ApiRouter : public RequestHandler {
       std::shared_ptr<const CompiledConstraint>& out);
 
   ServerContext& context_;
+  // The last expert load gathered from every stage (--pp), for a scrape the engine could not
+  // answer in time; written by the engine thread.
+  struct LatestExpertReport {
+    std::mutex mutex;
+    std::shared_ptr<const ExpertLoadReport> report;
+  };
+  std::shared_ptr<LatestExpertReport> latest_experts_ = std::make_shared<LatestExpertReport>();
 };
 
 }  // namespace tachyon::server

@@ -81,9 +81,10 @@ boost::json::object expert_report_json(const DecoderModel& model, const ExpertLo
   return report;
 }
 
-std::string render_expert_metrics(const DecoderModel& model, std::string_view labels) {
+std::string render_expert_metrics(const DecoderModel& model, const ExpertLoadReport& load,
+                                  std::string_view labels) {
   std::string out;
-  const std::vector<ExpertLoad::Layer> layers = model.expert_load().snapshot();
+  const std::vector<ExpertLoad::Layer>& layers = load.layers;
   if (!layers.empty()) {
     out += "# HELP tachyon:expert_imbalance Most chosen routed expert's selections over the "
            "mean, per MoE layer, since start (1: even).\n# TYPE tachyon:expert_imbalance gauge\n";
@@ -96,6 +97,16 @@ std::string render_expert_metrics(const DecoderModel& model, std::string_view la
     for (const ExpertLoad::Layer& layer : layers) {
       out += fmt::format("tachyon:expert_selections_total{{{}}} {}\n",
                          with_layer(labels, layer.layer), layer.total());
+    }
+  }
+  if (load.expert_parallel) {
+    out += "# HELP tachyon:expert_rank_imbalance The most loaded expert-parallel rank's share of "
+           "the layer's selections over the mean share, with the current placement (1: even).\n"
+           "# TYPE tachyon:expert_rank_imbalance gauge\n";
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (load.rank_imbalance[i] <= 0) continue;  // not measured yet
+      out += fmt::format("tachyon:expert_rank_imbalance{{{}}} {}\n",
+                         with_layer(labels, layers[i].layer), load.rank_imbalance[i]);
     }
   }
   const ExpertCache* cache = model.expert_cache();

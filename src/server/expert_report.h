@@ -27,7 +27,10 @@ boost::json::object expert_rebalance_json(const ExpertRebalance& done);
 boost::json::value expert_cache_json(const DecoderModel& model);
 
 // tachyon:expert_imbalance{layer=...} gauges, tachyon:expert_selections_total{layer=...}
-// counters and, with --experts-mem, the cache's series; nothing for a dense model.
-std::string render_expert_metrics(const DecoderModel& model, std::string_view labels);
+// counters, tachyon:expert_rank_imbalance{layer=...} under expert parallelism (every layer of
+// `load`: under --pp gathered from every stage) and, with --experts-mem, the cache's series;
+// nothing for a dense model.
+std::string render_expert_metrics(const DecoderModel& model, const ExpertLoadReport& load,
+                                  std::string_view labels);
 
 }  // namespace tachyon::server

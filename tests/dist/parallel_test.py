@@ -335,6 +335,32 @@ def post_json(url: str, body, headers: dict[str, str] | None = None,
 ADMIN = "sk-admin-parallel-test"
 
 
+def expert_series(metrics: str, name: str) -> dict[int, float]:
+    """{layer: value} of a Prometheus series with a layer label."""
+    values = {}
+    for match in re.finditer(name + r'\{[^}]*layer="(\d+)"[^}]*\} (\S+)', metrics):
+        values[int(match.group(1))] = float(match.group(2))
+    return values
+
+
+def check_expert_metrics(server: MpiServer, report: dict, tp: int, pp: int) -> None:
+    """/metrics' expert series hold every stage's layers (the same counts /admin/experts
+    gathers), not only the leader's."""
+    status, body = http_get(server.url + "/metrics", timeout=10)
+    metrics = body.decode() if status == 200 else ""
+    selections = expert_series(metrics, "tachyon:expert_selections_total")
+    rank_imbalance = expert_series(metrics, "tachyon:expert_rank_imbalance")
+    expected = {layer["layer"]: float(layer["selections"]) for layer in report.get("layers", [])}
+    measured = {layer["layer"]: layer["rank_imbalance"] for layer in report.get("layers", [])
+                if "rank_imbalance" in layer}
+    check(f"/metrics on --tp {tp} --pp {pp}: expert_selections_total for every MoE layer of "
+          f"every stage, equal to /admin/experts' counts, and each layer's rank imbalance",
+          status == 200 and len(expected) >= 2 and selections == expected and
+          sorted(rank_imbalance) == sorted(measured) and len(measured) >= 2 and
+          all(abs(rank_imbalance[k] - v) < 1e-6 * v for k, v in measured.items()),
+          (status, selections, expected, rank_imbalance, measured))
+
+
 def check_rebalance(tachyon: str, model: str, tp: int, pp: int) -> None:
     """POST /admin/experts/rebalance on a running --tp 2 (--pp 2: each stage's layers) job: the experts placed anew by the
     load its requests measured, the hottest copied, each rank loading its new experts; the
@@ -355,6 +381,7 @@ def check_rebalance(tachyon: str, model: str, tp: int, pp: int) -> None:
               all(layer.get("rank_imbalance", 0) >= 1 for layer in report["layers"]
                   if layer["selections"] > 0) and
               any(layer["selections"] > 0 for layer in report["layers"]), report)
+        check_expert_metrics(server, report, tp, pp)
         # Requests in flight while the experts move (the rebalance runs between two steps):
         # rounds of 8 concurrent completions from before the rebalance until after it.
         finished = threading.Event()
