@@ -248,6 +248,27 @@ def validate(path: str) -> None:
     for test, tp_p, tp_m, pp_p, pp_m, base in rows:
         print(f"| {test} | {tp_p:.0f} | {tp_m:.0f} ({tp_m / tp_p - 1:+.0%}) | {pp_p:.0f} | "
               f"{pp_m:.0f} ({pp_m / pp_p - 1:+.0%}) | {base:.0f} |")
+    if "serve_ttft" in data:
+        validate_ttft(data["serve_ttft"], one["t2"]["pp512"], rows[1][1], rows[1][3])
+
+
+def validate_ttft(ttft: dict, one_rate: float, tp_rate: float, pp_rate: float) -> None:
+    """Time to first token through `serve` (bench/dist/serve_ttft.py): the prompt's compute at
+    the predicted prompt rate of each layout, plus what serving adds on top of the compute in
+    one process (HTTP, the scheduler's steps, sampling, the first event: one process's measured
+    TTFT less its prompt at `tachyon bench`'s pp512 rate)."""
+    tokens = ttft["prompt_tokens"]
+    serving_ms = ttft["one_t2"]["median_ms"] - tokens / one_rate * 1000
+    print(f"\nTTFT through serve, a {tokens}-token prompt (median of {ttft['requests']}; "
+          f"serving adds {serving_ms:.0f} ms in one process)")
+    print("| layout | predicted (ms) | measured (ms) |")
+    print("|---|---|---|")
+    print(f"| one process, 2 threads | {tokens / one_rate * 1000 + serving_ms:.0f} | "
+          f"{ttft['one_t2']['median_ms']:.0f} |")
+    for name, label, rate in (("tp2", "TP=2", tp_rate), ("pp2", "PP=2", pp_rate)):
+        predicted = tokens / rate * 1000 + serving_ms
+        measured = ttft[name]["median_ms"]
+        print(f"| {label} | {predicted:.0f} | {measured:.0f} ({measured / predicted - 1:+.0%}) |")
 
 
 if __name__ == "__main__":

@@ -394,8 +394,9 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
       shift_keys(keys, n, shift.delta, layer);
     });
   }
-  if (shard_.pp_size > 1 && batch.sequences.size() > 1) {
-    return forward_micro_batches(batch, cache, pool, logits);
+  if (shard_.pp_size > 1) {
+    std::vector<int> cuts = micro_batch_cuts(batch);
+    if (cuts.size() > 2) return forward_micro_batches(batch, cuts, cache, pool, logits);
   }
   TACHYON_RETURN_IF_ERROR(run_batch_layers(batch, cache, pool, observer));
   if (final_hidden != nullptr) normalize_final(batch.num_tokens(), pool, *final_hidden);
@@ -403,33 +404,54 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
   return Status();
 }
 
-Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, PagedKvCache& cache,
-                                           ThreadPool& pool, std::vector<float>& logits) {
-  // As many micro-batches as stages (whole sequences, about equal tokens): while a stage runs
-  // micro-batch k, the one before it runs k + 1. A token's result depends only on its own
-  // sequence, so the logits are those of one pass.
-  const int count = static_cast<int>(batch.sequences.size());
-  const int parts = std::min(shard_.pp_size, count);
-  std::vector<int> first_sequence = {0};
-  int tokens = 0;
-  for (int s = 0; s < count && static_cast<int>(first_sequence.size()) < parts; ++s) {
-    tokens += batch.sequences[s].num_tokens;
-    const int part = static_cast<int>(first_sequence.size());
-    if (static_cast<int64_t>(tokens) * parts >= static_cast<int64_t>(batch.num_tokens()) * part ||
-        count - (s + 1) == parts - part) {
-      first_sequence.push_back(s + 1);
+std::vector<int> DecoderModel::micro_batch_cuts(const ForwardBatch& batch) const {
+  // Where the step's tokens are cut into micro-batches: while a stage runs micro-batch k, the
+  // one before it runs k + 1. Enough tokens (prompt chunks, compute-bound): pieces of about
+  // equal size cut anywhere, up to kMicroBatchesPerStage per stage while each keeps
+  // kMinMicroBatchTokens (a long prompt alone in a step then takes (m + P - 1) / m of one
+  // stage's share instead of P of them); a prompt chunk cut in pieces reads the earlier
+  // piece's keys from the cache, as its next chunk would. Fewer (decodes, memory-bound: each
+  // micro-batch reads the stage's weights again): whole sequences, one part per stage.
+  constexpr int kMicroBatchesPerStage = 2;
+  constexpr int kMinMicroBatchTokens = 64;
+  const int num_tokens = batch.num_tokens();
+  const int stages = shard_.pp_size;
+  std::vector<int> cuts = {0};
+  if (num_tokens >= stages * kMinMicroBatchTokens) {
+    const int parts = std::min(num_tokens / kMinMicroBatchTokens, stages * kMicroBatchesPerStage);
+    for (int k = 1; k < parts; ++k) {
+      cuts.push_back(static_cast<int>(static_cast<int64_t>(num_tokens) * k / parts));
+    }
+  } else {
+    const int count = static_cast<int>(batch.sequences.size());
+    const int parts = std::min(stages, count);
+    int tokens = 0;
+    for (int s = 0; s + 1 < count && static_cast<int>(cuts.size()) < parts; ++s) {
+      tokens += batch.sequences[s].num_tokens;
+      const int part = static_cast<int>(cuts.size());
+      if (static_cast<int64_t>(tokens) * parts >= static_cast<int64_t>(num_tokens) * part ||
+          count - (s + 1) == parts - part) {
+        cuts.push_back(tokens);
+      }
     }
   }
-  first_sequence.push_back(count);
+  cuts.push_back(num_tokens);
+  return cuts;
+}
+
+Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<const int> cuts,
+                                           PagedKvCache& cache, ThreadPool& pool,
+                                           std::vector<float>& logits) {
+  // A token's result depends only on its own sequence's earlier tokens, so the logits are those
+  // of one pass.
   std::vector<float> all_logits;
-  for (size_t k = 0; k + 1 < first_sequence.size(); ++k) {
+  size_t next_sequence = 0;  // the first sequence with tokens at or after `begin`
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int begin = cuts[k];
+    const int end = cuts[k + 1];
     ForwardBatch& micro = micro_batch_;
     micro.clear();
     micro.block_size = batch.block_size;
-    const BatchSequence& first = batch.sequences[first_sequence[k]];
-    const BatchSequence& last = batch.sequences[first_sequence[k + 1] - 1];
-    const int begin = first.first_token;
-    const int end = last.first_token + last.num_tokens;
     auto slice = [&](const auto& from, auto& to) {
       if (!from.empty()) to.assign(from.begin() + begin, from.begin() + end);
     };
@@ -437,9 +459,19 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, PagedKvCac
     slice(batch.positions, micro.positions);
     slice(batch.slots, micro.slots);
     slice(batch.local_slots, micro.local_slots);
-    for (int s = first_sequence[k]; s < first_sequence[k + 1]; ++s) {
-      micro.sequences.push_back(batch.sequences[s]);
-      micro.sequences.back().first_token -= begin;
+    // Each sequence's tokens inside [begin, end): a piece of it starts later in the sequence.
+    for (size_t s = next_sequence; s < batch.sequences.size(); ++s) {
+      const BatchSequence& sequence = batch.sequences[s];
+      const int first = std::max(begin, sequence.first_token);
+      const int last = std::min(end, sequence.first_token + sequence.num_tokens);
+      if (sequence.first_token >= end) break;
+      if (last <= first) continue;
+      BatchSequence piece = sequence;
+      piece.first_token = first - begin;
+      piece.num_tokens = last - first;
+      piece.start_position = sequence.start_position + (first - sequence.first_token);
+      micro.sequences.push_back(std::move(piece));
+      if (last == sequence.first_token + sequence.num_tokens) next_sequence = s + 1;
     }
     for (int t : batch.logits_tokens) {
       if (t >= begin && t < end) micro.logits_tokens.push_back(t - begin);

@@ -276,8 +276,10 @@ class DecoderModel {
   Status run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
                           const AttentionObserver* observer);
   // Pipeline parallelism: forward_batch in micro-batches flowing through the stages.
-  Status forward_micro_batches(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
-                               std::vector<float>& logits);
+  // The token indices where micro_batch_cuts cuts the step (0 first, num_tokens last).
+  std::vector<int> micro_batch_cuts(const ForwardBatch& batch) const;
+  Status forward_micro_batches(const ForwardBatch& batch, std::span<const int> cuts,
+                               PagedKvCache& cache, ThreadPool& pool, std::vector<float>& logits);
   // The cache's index of model layer `layer` (a pipeline stage's cache holds its layers only).
   int cache_layer(int layer) const { return layer - shard_.first_layer; }
   // Pipeline parallelism: the leader's logits come from the last stage's first TP rank.

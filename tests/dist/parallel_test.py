@@ -318,6 +318,45 @@ def check_serving_tiny(tachyon: str, model: str, tp: int, pp: int, split_args=()
           [(a, b) for a, b in zip(alone, split) if a != b][:2])
 
 
+def check_serving_long_prompts(tachyon: str, model: str | None, tp: int, pp: int,
+                               context: int, lengths: list[int]) -> None:
+    """Long prompts under --pp: a step with enough tokens (a long prompt chunk alone, or several
+    prompts at once) is cut into micro-batches anywhere, a prompt chunk into pieces (the later
+    piece reads the earlier one's keys from the cache): one at a time and all at once, the same
+    tokens as one process."""
+    import openai
+    args = ["-t", "1", "-c", str(context), "--model-alias", "m"]
+    prompts = [[(11 * i + 17 * j) % 200 + 3 for j in range(n)] for i, n in enumerate(lengths)]
+
+    def run_all(server: TachyonServer) -> tuple[list[list[str]], list[list[str]]]:
+        client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
+
+        def one(prompt: list[int]) -> list[str]:
+            reply = client.completions.create(model="m", prompt=prompt, temperature=0,
+                                              max_tokens=8, logprobs=1,
+                                              extra_body={"ignore_eos": True})
+            return reply.choices[0].logprobs.tokens
+
+        alone = [one(prompt) for prompt in prompts]
+        # Distinct prompts again (no prefix reuse): the first token of each changed.
+        changed = [[3 + (p[0] + 1) % 200, *p[1:]] for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+            together = list(pool.map(one, changed))
+        return alone, together
+
+    with TachyonServer(tachyon, model, args) as server:
+        reference = run_all(server)
+    with MpiServer(tachyon, model, tp, pp, args, startup_timeout=300) as server:
+        split = run_all(server)
+    name = Path(model).stem if model else "default model"
+    for index, what in enumerate(("one at a time", f"{len(prompts)} at once")):
+        same = sum(a == b for a, b in zip(reference[index], split[index]))
+        check(f"{name}: serve --tp {tp} --pp {pp}: {min(lengths)}-{max(lengths)}-token prompts "
+              f"{what}, micro-batches cut inside prompt chunks: identical to one process "
+              f"({same}/{len(prompts)})", same == len(prompts),
+              [(a, b) for a, b in zip(reference[index], split[index]) if a != b][:2])
+
+
 def post_json(url: str, body, headers: dict[str, str] | None = None,
               timeout: float = 120) -> tuple[int, dict]:
     """(status, JSON body) of a POST; `body` None sends none."""
@@ -561,6 +600,14 @@ def main() -> int:
     # Decode steps of 1-8 tokens over 2 ranks: a rank may sum no token.
     section("serving MLA, all-to-all", check_serving_tiny, args.tachyon,
             str(tiny / "deepseek_v3_groups.f32.gguf"), 2, 1, ["--expert-exchange", "all-to-all"])
+    # Micro-batches cut inside prompt chunks: the tiny models' 128-token context takes 4
+    # prompts of 60-118 tokens at once; the default model's long prompts alone.
+    section("serving long prompts", check_serving_long_prompts, args.tachyon, None, 1, 2, 1024,
+            [130, 300, 420])
+    for name, (tp, pp) in (("llama_gqa", (1, 2)), ("gemma3_tiny", (1, 2)),
+                           ("deepseek_v3_groups", (2, 2))):
+        section(f"serving long prompts, {name}", check_serving_long_prompts, args.tachyon,
+                str(tiny / f"{name}.f32.gguf"), tp, pp, 128, [60, 90, 104, 118])
     section("rebalance", check_rebalance, args.tachyon, str(tiny / "deepseek_v3_groups.f32.gguf"),
             2, 1)
     section("rebalance, 2 stages", check_rebalance, args.tachyon,
