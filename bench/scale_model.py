@@ -249,27 +249,45 @@ def validate(path: str) -> None:
         print(f"| {test} | {tp_p:.0f} | {tp_m:.0f} ({tp_m / tp_p - 1:+.0%}) | {pp_p:.0f} | "
               f"{pp_m:.0f} ({pp_m / pp_p - 1:+.0%}) | {base:.0f} |")
     if "serve_ttft" in data:
-        validate_ttft(data["serve_ttft"], one["t2"]["pp512"], rows[1][1], rows[1][3])
+        hop_us = interpolate_us(coll, 2, "send_us", 64 * m["hidden"] * 4)  # a micro-batch's
+        validate_ttft(data["serve_ttft"], one, rows[1][1], m["pp2_stage_layers"], hop_us)
 
 
-def validate_ttft(ttft: dict, one_rate: float, tp_rate: float, pp_rate: float) -> None:
-    """Time to first token through `serve` (bench/dist/serve_ttft.py): the prompt's compute at
-    the predicted prompt rate of each layout, plus what serving adds on top of the compute in
-    one process (HTTP, the scheduler's steps, sampling, the first event: one process's measured
-    TTFT less its prompt at `tachyon bench`'s pp512 rate)."""
+def validate_ttft(ttft: dict, one: dict, tp_rate: float, stage_layers: list[int],
+                  hop_us: float) -> None:
+    """Time to first token through `serve` (bench/dist/serve_ttft.py): the prompt's compute in
+    each layout plus what serving adds on top of the compute in one process (HTTP, the
+    scheduler, sampling, the first event: one process's measured TTFT less its prompt at
+    `tachyon bench`'s pp512 rate). TP=2: the prompt at TP's predicted rate. PP=2: the prompt
+    runs in steps of `max_batch_tokens`; each step's tokens flow through the 2 stages in m
+    micro-batches (DecoderModel::micro_batch_cuts: up to 2 per stage, at least 64 tokens each)
+    at one thread's speed, each stage taking its layers' share of a micro-batch (the stages are
+    split by bytes, the output projection counted: for a prompt, whose logits are one row, the
+    first stage has more work), so a step takes m times the slower stage's part plus the other
+    stage's one, plus the residual's hops."""
     tokens = ttft["prompt_tokens"]
+    step_tokens = ttft.get("max_batch_tokens", 256)
+    one_rate, t1_rate = one["t2"]["pp512"], one["t1"]["pp512"]
     serving_ms = ttft["one_t2"]["median_ms"] - tokens / one_rate * 1000
+    shares = [n / sum(stage_layers) for n in stage_layers]
+    pp_ms = 0.0
+    for first in range(0, tokens, step_tokens):
+        step = min(step_tokens, tokens - first)
+        micro = min(step // 64, 4) if step >= 128 else 1
+        part_ms = step / t1_rate * 1000 / micro
+        slow, fast = max(shares) * part_ms, min(shares) * part_ms
+        pp_ms += micro * slow + fast + (micro + 1) * hop_us / 1000
     print(f"\nTTFT through serve, a {tokens}-token prompt (median of {ttft['requests']}; "
-          f"serving adds {serving_ms:.0f} ms in one process)")
+          f"serving adds {serving_ms:.0f} ms in one process; PP=2 stages of "
+          f"{stage_layers[0]} and {stage_layers[1]} layers)")
     print("| layout | predicted (ms) | measured (ms) |")
     print("|---|---|---|")
     print(f"| one process, 2 threads | {tokens / one_rate * 1000 + serving_ms:.0f} | "
           f"{ttft['one_t2']['median_ms']:.0f} |")
-    for name, label, rate in (("tp2", "TP=2", tp_rate), ("pp2", "PP=2", pp_rate)):
-        predicted = tokens / rate * 1000 + serving_ms
+    for name, label, predicted in (("tp2", "TP=2", tokens / tp_rate * 1000 + serving_ms),
+                                   ("pp2", "PP=2", pp_ms + serving_ms)):
         measured = ttft[name]["median_ms"]
         print(f"| {label} | {predicted:.0f} | {measured:.0f} ({measured / predicted - 1:+.0%}) |")
-
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "kimi":

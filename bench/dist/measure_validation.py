@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,20 +25,23 @@ from parallel_test import MPI_ENV, mpirun  # noqa: E402
 TESTS = ("pp512", "tg128", "batched16")
 
 
-def run(argv: list[str]) -> str:
+def run(argv: list[str], stderr: list[str] | None = None) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, **MPI_ENV})
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.stdout
 
 
-def bench(tachyon: str, threads: int, split: list[str] | None = None) -> dict[str, float]:
+def bench(tachyon: str, threads: int, split: list[str] | None = None,
+          stderr: list[str] | None = None) -> dict[str, float]:
     argv = [tachyon, "bench", "-p", "512", "-n", "128", "-r", "3", "--parallel", "16",
             "-t", str(threads), "--json"]
     if split:
         argv = mpirun(2, argv + split)
-    rows = json.loads(run(argv).strip().splitlines()[-1])
+    rows = json.loads(run(argv, stderr).strip().splitlines()[-1])
     return {row["test"]: round(row["tokens_per_second"], 2) for row in rows
             if row.get("test") in TESTS}
 
@@ -54,14 +58,19 @@ def main() -> int:
                    run(mpirun(2, [str(ROOT / "build/bench/collectives_benchmark"),
                                   "--max-bytes", "4194304"])).splitlines()
                    if line.startswith("{")]
+    pp_log: list[str] = []
     result = {
         "machine": args.machine,
         "model": model,
         "one_process": {"t1": bench(args.tachyon, 1), "t2": bench(args.tachyon, 2)},
         "measured": {"tp2": bench(args.tachyon, 1, ["--tp", "2"]),
-                     "pp2": bench(args.tachyon, 1, ["--pp", "2"])},
+                     "pp2": bench(args.tachyon, 1, ["--pp", "2"], pp_log)},
         "collectives": collectives,
     }
+    # Each stage's layers, as the ranks log them ("stage 0 of 2 (layers 0-21)").
+    stages = {int(m[0]): int(m[2]) - int(m[1]) + 1 for m in
+              re.findall(r"stage (\d+) of 2 \(layers (\d+)-(\d+)\)", pp_log[0])}
+    model["pp2_stage_layers"] = [stages[0], stages[1]]
     ttft = run([sys.executable, str(ROOT / "bench/dist/serve_ttft.py"), "--tachyon",
                 args.tachyon])
     result["serve_ttft"] = json.loads(ttft)
