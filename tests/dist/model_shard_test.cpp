@@ -1,5 +1,7 @@
 #include "models/model_shard.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "models/shard_call.h"
@@ -27,6 +29,41 @@ TEST(RowSplitTest, EvenInWholeUnits) {
   // A size that is no multiple of the unit is split row by row.
   EXPECT_EQ(RowSplit::even(7, 2, 64).begin, (std::vector<int64_t>{0, 3, 7}));
   EXPECT_EQ(RowSplit::even(3, 2, 1).begin, (std::vector<int64_t>{0, 1, 3}));
+}
+
+TEST(RowSplitTest, BalancedEvensOutFixedCosts) {
+  // Part 0 starts 4 units' cost ahead: part 1 gets 4 more units of the 16.
+  const double fixed[] = {4 * 16.0, 0.0};
+  EXPECT_EQ(RowSplit::balanced(256, 2, 16, fixed, 1.0).begin,
+            (std::vector<int64_t>{0, 96, 256}));
+  // Equal costs: the even split.
+  const double equal[] = {5.0, 5.0, 5.0, 5.0};
+  EXPECT_EQ(RowSplit::balanced(256, 4, 16, equal, 1.0).begin,
+            RowSplit::even(256, 4, 16).begin);
+  // However far ahead a part is, it keeps one unit.
+  const double far[] = {1e9, 0.0};
+  EXPECT_EQ(RowSplit::balanced(64, 2, 16, far, 1.0).begin, (std::vector<int64_t>{0, 16, 64}));
+  // Too few rows for whole units: the even split's smaller units.
+  EXPECT_EQ(RowSplit::balanced(3, 2, 16, fixed, 1.0).begin, (std::vector<int64_t>{0, 1, 3}));
+}
+
+TEST(ModelShardTest, FfnRowsMakeUpForUnevenKeyValueHeads) {
+  // 3 KV heads over 2 ranks: rank 1 has 2 of them (and 6 of the 9 query heads), so it gets
+  // fewer gate/up rows, and both ranks' layer weights end up within one 16-row unit's worth.
+  const ModelConfig config = smollm_shape();
+  double weights[2] = {0, 0};
+  for (int rank = 0; rank < 2; ++rank) {
+    Result<ModelShard> shard = ModelShard::plan(config, 2, 1, rank);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    EXPECT_EQ(shard->ffn_rows.count(rank) % 16, 0);
+    const double attention = static_cast<double>(shard->local_heads() +
+                                                 2 * shard->local_kv_heads()) * 64 * 576;
+    weights[rank] = attention + static_cast<double>(shard->hidden_rows.count(rank)) *
+                                    (576 + 1536) + shard->ffn_rows.count(rank) * 2.0 * 576;
+  }
+  Result<ModelShard> rank1 = ModelShard::plan(config, 2, 1, 1);
+  EXPECT_GT(rank1->ffn_rows.count(0), rank1->ffn_rows.count(1));
+  EXPECT_LE(std::abs(weights[0] - weights[1]), 16 * 2.0 * 576);
 }
 
 TEST(ModelShardTest, TensorParallelCoversEveryRowOnce) {
