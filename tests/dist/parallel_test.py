@@ -287,19 +287,25 @@ def check_serving(tachyon: str, layouts: list[tuple[int, int]]) -> None:
 TINY_PROMPTS = [[(7 * i + 13 * j) % 200 + 3 for j in range(5 + 3 * i)] for i in range(8)]
 
 
-def tiny_completions(server: TachyonServer) -> list[list[str]]:
-    """TINY_PROMPTS' 16-token greedy completions, all 8 at once (decode steps of 1-8 tokens)."""
+def greedy_tokens(server: TachyonServer, prompts: list[list[int]], max_tokens: int,
+                  at_once: int) -> list[list[str]]:
+    """Each token prompt's greedy completion (its tokens), `at_once` requests at a time."""
     import openai
     client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
 
     def one(prompt: list[int]) -> list[str]:
         reply = client.completions.create(model="m", prompt=prompt, temperature=0,
-                                          max_tokens=16, logprobs=1,
+                                          max_tokens=max_tokens, logprobs=1,
                                           extra_body={"ignore_eos": True})
         return reply.choices[0].logprobs.tokens
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(one, TINY_PROMPTS))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=at_once) as pool:
+        return list(pool.map(one, prompts))
+
+
+def tiny_completions(server: TachyonServer) -> list[list[str]]:
+    """TINY_PROMPTS' 16-token greedy completions, all 8 at once (decode steps of 1-8 tokens)."""
+    return greedy_tokens(server, TINY_PROMPTS, 16, len(TINY_PROMPTS))
 
 
 def check_serving_tiny(tachyon: str, model: str, tp: int, pp: int, split_args=()) -> None:
@@ -324,25 +330,14 @@ def check_serving_long_prompts(tachyon: str, model: str | None, tp: int, pp: int
     prompts at once) is cut into micro-batches anywhere, a prompt chunk into pieces (the later
     piece reads the earlier one's keys from the cache): one at a time and all at once, the same
     tokens as one process."""
-    import openai
     args = ["-t", "1", "-c", str(context), "--model-alias", "m"]
     prompts = [[(11 * i + 17 * j) % 200 + 3 for j in range(n)] for i, n in enumerate(lengths)]
+    # Distinct prompts again for the concurrent round (no prefix reuse): each first token changed.
+    changed = [[3 + (p[0] + 1) % 200, *p[1:]] for p in prompts]
 
     def run_all(server: TachyonServer) -> tuple[list[list[str]], list[list[str]]]:
-        client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=300)
-
-        def one(prompt: list[int]) -> list[str]:
-            reply = client.completions.create(model="m", prompt=prompt, temperature=0,
-                                              max_tokens=8, logprobs=1,
-                                              extra_body={"ignore_eos": True})
-            return reply.choices[0].logprobs.tokens
-
-        alone = [one(prompt) for prompt in prompts]
-        # Distinct prompts again (no prefix reuse): the first token of each changed.
-        changed = [[3 + (p[0] + 1) % 200, *p[1:]] for p in prompts]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-            together = list(pool.map(one, changed))
-        return alone, together
+        return (greedy_tokens(server, prompts, 8, 1),
+                greedy_tokens(server, changed, 8, len(prompts)))
 
     with TachyonServer(tachyon, model, args) as server:
         reference = run_all(server)
