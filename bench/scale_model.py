@@ -235,10 +235,16 @@ def validate(path: str) -> None:
             interpolate_us(coll, 2, "all_gather_us", m["vocab"] * 2)  # one token's logits
         tp = t1_s * share / busy + (gathers + extra) * 1e-6
         # Pipeline, one sequence: the stages one after the other, each alone on the machine (a
-        # thread at full speed), plus the residual's hop and the logits' trip to the leader.
-        hop = interpolate_us(coll, 2, "send_us", tokens * m["hidden"] * 4) + \
+        # thread at full speed), plus the residual's hop and the logits' trip to the leader. A
+        # prompt of 128+ tokens goes through in m pieces (DecoderModel's even_token_cuts: up to
+        # 2 per stage, 64+ tokens each), so the stages overlap: m times the slower stage's part
+        # of a piece plus the other's.
+        pieces = min(tokens // 64, 4) if tokens >= 128 else 1
+        hop = pieces * interpolate_us(coll, 2, "send_us", tokens / pieces * m["hidden"] * 4) + \
             interpolate_us(coll, 2, "send_us", m["vocab"] * 4)
-        pp = t1_s + hop * 1e-6
+        shares = [n / sum(m["pp2_stage_layers"]) for n in m["pp2_stage_layers"]]
+        compute = t1_s / pieces * (pieces * max(shares) + min(shares)) if pieces > 1 else t1_s
+        pp = compute + hop * 1e-6
         rows.append((test, tokens / tp, data["measured"]["tp2"][test], tokens / pp,
                      data["measured"]["pp2"][test], one["t2"][test]))
     print(f"{data['machine']}; {m['name']}")

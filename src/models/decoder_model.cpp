@@ -204,6 +204,28 @@ void exchange_layout(const RowSplit& split, int num_tokens, std::vector<int>& co
   }
 }
 
+// Pipeline parallelism: a step (or a prompt pass) with enough tokens goes through the stages
+// in pieces of about equal size, cut anywhere: while a stage runs piece k, the one before it
+// runs k + 1. Up to kMicroBatchesPerStage pieces per stage while each keeps
+// kMinMicroBatchTokens (a long prompt alone then takes (m + P - 1) / m of one stage's share
+// instead of P of them; smaller pieces would compute less efficiently). {0, num_tokens}: too
+// few tokens to cut. A piece of a prompt reads the earlier pieces' keys from the cache, as its
+// next chunk would.
+constexpr int kMicroBatchesPerStage = 2;
+constexpr int kMinMicroBatchTokens = 64;
+
+std::vector<int> even_token_cuts(int num_tokens, int stages) {
+  std::vector<int> cuts = {0};
+  if (stages > 1 && num_tokens >= stages * kMinMicroBatchTokens) {
+    const int parts = std::min(num_tokens / kMinMicroBatchTokens, stages * kMicroBatchesPerStage);
+    for (int k = 1; k < parts; ++k) {
+      cuts.push_back(static_cast<int>(static_cast<int64_t>(num_tokens) * k / parts));
+    }
+  }
+  cuts.push_back(num_tokens);
+  return cuts;
+}
+
 // out (f32 [num_tokens, split.total()]) from the rank-major blocks of `exchange`.
 void unpack_rank_major(const float* exchange, int num_tokens, const RowSplit& split, float* out) {
   const int64_t total = split.total();
@@ -297,36 +319,56 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     }
   }
 
-  std::vector<int>& positions = workspace_.positions;
-  positions.resize(num_tokens);
-  for (int t = 0; t < num_tokens; ++t) positions[t] = start_position + t + position_offset;
+  // Pipeline parallelism: a long prompt in pieces flowing through the stages (each stage splits
+  // it alike); one piece otherwise.
+  const std::vector<int> cuts = even_token_cuts(num_tokens, shard_.pp_size);
+  const int first_logit = num_tokens - num_logits;
   const int64_t kv_size = local_kv_size();
-  auto store = [&](int layer, int first, int end) {
-    const int64_t offset = first * kv_size;
-    cache.store(cache_layer(layer), start_position + first, end - first,
-                workspace_.key.data() + offset, workspace_.value.data() + offset);
-  };
-  auto prefetch_store = [&](int layer) {
-    cache.prefetch_store(cache_layer(layer), start_position, num_tokens);
-  };
-  // This batch's keys and values are in the cache: every query attends over it.
-  Status layers = run_layers(tokens, store, prefetch_store, [&](int layer) {
-    Workspace& w = workspace_;
-    const AttentionShape shape = attention_shape(layer);
-    if (numerics_ == Numerics::kLlamaCpp) {
-      causal_attention_llamacpp(shape, w.query.data(), num_tokens, start_position, cache,
-                                cache_layer(layer), w.attention.data(), pool);
-    } else {
-      causal_attention(shape, w.query.data(), num_tokens, start_position, cache,
-                       cache_layer(layer), w.attention.data(), pool);
+  std::vector<float> all_logits;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int begin = cuts[k];
+    const int count = cuts[k + 1] - begin;
+    const int piece_start = start_position + begin;
+    std::vector<int>& positions = workspace_.positions;
+    positions.resize(count);
+    for (int t = 0; t < count; ++t) positions[t] = piece_start + t + position_offset;
+    auto store = [&](int layer, int first, int end) {
+      const int64_t offset = first * kv_size;
+      cache.store(cache_layer(layer), piece_start + first, end - first,
+                  workspace_.key.data() + offset, workspace_.value.data() + offset);
+    };
+    auto prefetch_store = [&](int layer) {
+      cache.prefetch_store(cache_layer(layer), piece_start, count);
+    };
+    // This piece's keys and values are in the cache: every query attends over it.
+    Status layers = run_layers(tokens.subspan(begin, count), store, prefetch_store, [&](int layer) {
+      Workspace& w = workspace_;
+      const AttentionShape shape = attention_shape(layer);
+      if (numerics_ == Numerics::kLlamaCpp) {
+        causal_attention_llamacpp(shape, w.query.data(), count, piece_start, cache,
+                                  cache_layer(layer), w.attention.data(), pool);
+      } else {
+        causal_attention(shape, w.query.data(), count, piece_start, cache, cache_layer(layer),
+                         w.attention.data(), pool);
+      }
+      if (observer != nullptr) (*observer)(layer, w.query.data(), count);
+    }, pool);
+    TACHYON_RETURN_IF_ERROR(layers);
+    // (SnapKV and MTP run in one process, in one piece.)
+    if (final_hidden != nullptr) normalize_final(count, pool, *final_hidden);
+    std::vector<int> rows;
+    for (int t = std::max(begin, first_logit); t < begin + count; ++t) rows.push_back(t - begin);
+    if (cuts.size() == 2) {
+      output_logits(rows, logits, pool);
+      return Status();
     }
-    if (observer != nullptr) (*observer)(layer, w.query.data(), num_tokens);
-  }, pool);
-  TACHYON_RETURN_IF_ERROR(layers);
-  if (final_hidden != nullptr) normalize_final(num_tokens, pool, *final_hidden);
-  std::vector<int> rows(num_logits);
-  for (int i = 0; i < num_logits; ++i) rows[i] = num_tokens - num_logits + i;
-  output_logits(rows, logits, pool);
+    if (shard_.last_stage()) {
+      project_logits(rows, weights_.output_norm, weights_.output, logits, pool);
+      all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+    }
+  }
+  logits = std::move(all_logits);
+  receive_logits(num_logits, logits);
   return Status();
 }
 
@@ -405,34 +447,23 @@ Status DecoderModel::forward_batch(const ForwardBatch& batch, PagedKvCache& cach
 }
 
 std::vector<int> DecoderModel::micro_batch_cuts(const ForwardBatch& batch) const {
-  // Where the step's tokens are cut into micro-batches: while a stage runs micro-batch k, the
-  // one before it runs k + 1. Enough tokens (prompt chunks, compute-bound): pieces of about
-  // equal size cut anywhere, up to kMicroBatchesPerStage per stage while each keeps
-  // kMinMicroBatchTokens (a long prompt alone in a step then takes (m + P - 1) / m of one
-  // stage's share instead of P of them); a prompt chunk cut in pieces reads the earlier
-  // piece's keys from the cache, as its next chunk would. Fewer (decodes, memory-bound: each
-  // micro-batch reads the stage's weights again): whole sequences, one part per stage.
-  constexpr int kMicroBatchesPerStage = 2;
-  constexpr int kMinMicroBatchTokens = 64;
+  // Enough tokens (prompt chunks, compute-bound): even_token_cuts, a prompt chunk cut in
+  // pieces too. Fewer (decodes, memory-bound: each micro-batch reads the stage's weights
+  // again): whole sequences, one part per stage.
   const int num_tokens = batch.num_tokens();
   const int stages = shard_.pp_size;
-  std::vector<int> cuts = {0};
-  if (num_tokens >= stages * kMinMicroBatchTokens) {
-    const int parts = std::min(num_tokens / kMinMicroBatchTokens, stages * kMicroBatchesPerStage);
-    for (int k = 1; k < parts; ++k) {
-      cuts.push_back(static_cast<int>(static_cast<int64_t>(num_tokens) * k / parts));
-    }
-  } else {
-    const int count = static_cast<int>(batch.sequences.size());
-    const int parts = std::min(stages, count);
-    int tokens = 0;
-    for (int s = 0; s + 1 < count && static_cast<int>(cuts.size()) < parts; ++s) {
-      tokens += batch.sequences[s].num_tokens;
-      const int part = static_cast<int>(cuts.size());
-      if (static_cast<int64_t>(tokens) * parts >= static_cast<int64_t>(num_tokens) * part ||
-          count - (s + 1) == parts - part) {
-        cuts.push_back(tokens);
-      }
+  std::vector<int> cuts = even_token_cuts(num_tokens, stages);
+  if (cuts.size() > 2) return cuts;
+  cuts = {0};
+  const int count = static_cast<int>(batch.sequences.size());
+  const int parts = std::min(stages, count);
+  int tokens = 0;
+  for (int s = 0; s + 1 < count && static_cast<int>(cuts.size()) < parts; ++s) {
+    tokens += batch.sequences[s].num_tokens;
+    const int part = static_cast<int>(cuts.size());
+    if (static_cast<int64_t>(tokens) * parts >= static_cast<int64_t>(num_tokens) * part ||
+        count - (s + 1) == parts - part) {
+      cuts.push_back(tokens);
     }
   }
   cuts.push_back(num_tokens);

@@ -41,7 +41,8 @@ class Reader {
     const auto size = value<uint64_t>();
     TACHYON_CHECK(size <= (bytes_.size() - offset_) / sizeof(T));
     v.resize(size);
-    std::memcpy(v.data(), bytes_.data() + offset_, size * sizeof(T));
+    // (An empty vector's data() may be null, which memcpy must not get even for 0 bytes.)
+    if (size > 0) std::memcpy(v.data(), bytes_.data() + offset_, size * sizeof(T));
     offset_ += size * sizeof(T);
   }
   bool done() const { return offset_ == bytes_.size(); }
