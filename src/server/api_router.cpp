@@ -26,12 +26,15 @@ namespace {
 
 namespace json = boost::json;
 
-// A task of the engine thread's (Engine::run_between_steps) is done: polled, so that the I/O
-// thread never blocks.
+// A task of the engine thread's (Engine::run_between_steps) is done, or `deadline` passed:
+// polled, so that the I/O thread never blocks.
 template <typename T>
-asio::awaitable<void> wait_until_ready(std::future<T>& result) {
+asio::awaitable<void> wait_until_ready(
+    std::future<T>& result,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  while (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+  while (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+         std::chrono::steady_clock::now() < deadline) {
     timer.expires_after(std::chrono::milliseconds(5));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
@@ -238,13 +241,7 @@ asio::awaitable<bool> ApiRouter::metrics_route(Connection& connection) {
     }
     promise->set_value();
   });
-  const auto deadline = std::chrono::steady_clock::now() + kExpertMetricsWait;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  while (gathered.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
-         std::chrono::steady_clock::now() < deadline) {
-    timer.expires_after(std::chrono::milliseconds(5));
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  }
+  co_await wait_until_ready(gathered, std::chrono::steady_clock::now() + kExpertMetricsWait);
   std::shared_ptr<const ExpertLoadReport> report;
   {
     std::lock_guard<std::mutex> lock(latest_experts_->mutex);
