@@ -234,16 +234,12 @@ def validate(path: str) -> None:
         extra = interpolate_us(coll, 2, "all_reduce_us", tokens * m["hidden"] * 4) + \
             interpolate_us(coll, 2, "all_gather_us", m["vocab"] * 2)  # one token's logits
         tp = t1_s * share / busy + (gathers + extra) * 1e-6
-        # Pipeline, one sequence: the stages one after the other, each alone on the machine (a
-        # thread at full speed), plus the residual's hop and the logits' trip to the leader. A
-        # prompt of 128+ tokens goes through in m pieces (DecoderModel's even_token_cuts: up to
-        # 2 per stage, 64+ tokens each), so the stages overlap: m times the slower stage's part
-        # of a piece plus the other's.
-        pieces = min(tokens // 64, 4) if tokens >= 128 else 1
+        # Pipeline, one sequence: each stage alone on the machine (a thread at full speed), a
+        # prompt in pieces that overlap (pipeline_pass_s), plus the residual's hops and the
+        # logits' trip to the leader.
+        compute, pieces = pipeline_pass_s(tokens, one["t1"][test], m["pp2_stage_layers"])
         hop = pieces * interpolate_us(coll, 2, "send_us", tokens / pieces * m["hidden"] * 4) + \
             interpolate_us(coll, 2, "send_us", m["vocab"] * 4)
-        shares = [n / sum(m["pp2_stage_layers"]) for n in m["pp2_stage_layers"]]
-        compute = t1_s / pieces * (pieces * max(shares) + min(shares)) if pieces > 1 else t1_s
         pp = compute + hop * 1e-6
         rows.append((test, tokens / tp, data["measured"]["tp2"][test], tokens / pp,
                      data["measured"]["pp2"][test], one["t2"][test]))
@@ -257,6 +253,17 @@ def validate(path: str) -> None:
     if "serve_ttft" in data:
         hop_us = interpolate_us(coll, 2, "send_us", 64 * m["hidden"] * 4)  # a micro-batch's
         validate_ttft(data["serve_ttft"], one, rows[1][1], m["pp2_stage_layers"], hop_us)
+
+
+def pipeline_pass_s(tokens: int, t1_rate: float, stage_layers: list[int]) -> tuple[float, int]:
+    """(seconds, pieces) of a pass of `tokens` through 2 pipeline stages at one thread's rate
+    `t1_rate` (tokens/s of the whole model): 128+ tokens go in m pieces (DecoderModel's
+    even_token_cuts: up to 2 per stage, at least 64 tokens each), so the pass takes m times the
+    slower stage's part of a piece plus the other's (each stage its layers' share)."""
+    pieces = min(tokens // 64, 4) if tokens >= 128 else 1
+    shares = [n / sum(stage_layers) for n in stage_layers]
+    piece_s = tokens / t1_rate / pieces
+    return pieces * max(shares) * piece_s + min(shares) * piece_s, pieces
 
 
 def validate_ttft(ttft: dict, one: dict, tp_rate: float, stage_layers: list[int],
@@ -275,14 +282,11 @@ def validate_ttft(ttft: dict, one: dict, tp_rate: float, stage_layers: list[int]
     step_tokens = ttft.get("max_batch_tokens", 256)
     one_rate, t1_rate = one["t2"]["pp512"], one["t1"]["pp512"]
     serving_ms = ttft["one_t2"]["median_ms"] - tokens / one_rate * 1000
-    shares = [n / sum(stage_layers) for n in stage_layers]
     pp_ms = 0.0
     for first in range(0, tokens, step_tokens):
         step = min(step_tokens, tokens - first)
-        micro = min(step // 64, 4) if step >= 128 else 1
-        part_ms = step / t1_rate * 1000 / micro
-        slow, fast = max(shares) * part_ms, min(shares) * part_ms
-        pp_ms += micro * slow + fast + (micro + 1) * hop_us / 1000
+        compute_s, micro = pipeline_pass_s(step, t1_rate, stage_layers)
+        pp_ms += compute_s * 1000 + (micro + 1) * hop_us / 1000
     print(f"\nTTFT through serve, a {tokens}-token prompt (median of {ttft['requests']}; "
           f"serving adds {serving_ms:.0f} ms in one process; PP=2 stages of "
           f"{stage_layers[0]} and {stage_layers[1]} layers)")

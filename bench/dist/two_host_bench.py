@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests/dist"))
 from parallel_test import MPI_ENV  # noqa: E402
-from scale_model import Link, collective_s  # noqa: E402
+from scale_model import Link, collective_s, pipeline_pass_s  # noqa: E402
 
 BRIDGE = "tachyon-br0"
 NAMESPACES = ("tachyon-h1", "tachyon-h2")
@@ -132,9 +132,12 @@ def predict(measured: dict, link: Link) -> dict:
         # Both "hosts" share this machine's cores and memory bus, as 2 threads of one process
         # do: a rank's thread at the speed of one of them (validate()'s `busy`).
         tp = t1_s * share / busy + gathers + extra
-        hop = 2 * (link.latency_us * 1e-6) + (tokens * m["hidden"] * 4 + m["vocab"] * 4) / \
-            link.bytes_per_s
-        pp = t1_s + hop
+        # The pipeline: validate()'s, a prompt's pieces overlapping (pipeline_pass_s), each
+        # piece's residual and the logits over the link.
+        compute, pieces = pipeline_pass_s(tokens, one["t1"][test], m["pp2_stage_layers"])
+        hop = (pieces + 1) * (link.latency_us * 1e-6) + \
+            (tokens * m["hidden"] * 4 + m["vocab"] * 4) / link.bytes_per_s
+        pp = compute + hop
         out[test] = {"tp2": tokens / tp, "pp2": tokens / pp}
     return out
 
