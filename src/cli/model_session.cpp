@@ -39,7 +39,20 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
                      "MoE models larger than RAM: keep the routed experts in the model file and at "
                      "most this much of them in memory, the most used ones (a size such as 24GiB, "
                      "or a fraction of the experts' bytes such as 0.5; default: all in memory)");
+  add_mla_attention_option(command, options);
   add_parallel_options(command, options);
+}
+
+void add_mla_attention_option(CLI::App& command, ModelOptions& options) {
+  command
+      .add_option("--mla-attention", options.mla_attention,
+                  "MLA models (DeepSeek, Kimi): absorbed (every token attends in the latent "
+                  "space; a token's result never depends on how its prompt was cut into "
+                  "chunks: the default), auto (long prompt chunks through keys and values "
+                  "decompressed from the latents, decodes absorbed: long prompts several times "
+                  "faster, their bits then depending on the chunks) or decompressed (every "
+                  "token so)")
+      ->check(CLI::IsMember({"absorbed", "decompressed", "auto"}));
 }
 
 void add_parallel_options(CLI::App& command, ModelOptions& options) {
@@ -280,6 +293,12 @@ Result<ModelSession> open_session_here(const ModelOptions& options) {
   if (!cache_fits.ok()) return with_path(cache_fits);
   if (options.numerics == "llama.cpp") {
     Status status = session.model->set_numerics(Numerics::kLlamaCpp);
+    if (!status.ok()) return with_path(status);
+  }
+  if (options.mla_attention != "absorbed") {
+    Status status = session.model->set_mla_attention(options.mla_attention == "auto"
+                                                         ? MlaAttention::kAuto
+                                                         : MlaAttention::kDecompressed);
     if (!status.ok()) return with_path(status);
   }
   session.pool = std::make_unique<ThreadPool>(options.threads);

@@ -27,6 +27,7 @@ struct ModelOptions {
   std::string numerics = "native";  // whose arithmetic: native or llama.cpp (DecoderModel)
   std::string quantize;  // --quantize: "" or q4_0, q4_1, q5_0, q5_1, q8_0
   std::string experts_memory;  // --experts-mem: "" (all resident), a size or a fraction
+  std::string mla_attention = "absorbed";  // --mla-attention: absorbed, decompressed or auto
   std::string kv_evict = "none";  // --kv-evict: none or snapkv
   int kv_evict_budget = 1024;     // --kv-evict-budget
   // Several processes running one model (mpirun -np tp*pp ...): --tp and --pp.
@@ -42,8 +43,10 @@ struct ModelOptions {
 };
 
 // Adds -m/--model, -t/--threads, -c/--ctx-size, -b/--batch-size, --cache-type, --quantize,
-// --experts-mem, --tp and --pp.
+// --experts-mem, --mla-attention, --tp and --pp.
 void add_model_options(CLI::App& command, ModelOptions& options);
+// Adds --mla-attention (how MLA models attend: MlaAttention).
+void add_mla_attention_option(CLI::App& command, ModelOptions& options);
 // Adds --tp and --pp (a model split over the processes of an mpirun job).
 void add_parallel_options(CLI::App& command, ModelOptions& options);
 // Adds --cache-type (f16, f32 or q8) writing to `cache_type`.

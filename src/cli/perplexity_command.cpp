@@ -268,6 +268,7 @@ void add_perplexity_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   add_cache_type_option(*command, options->model.cache_type);
   add_numerics_option(*command, options->model);
+  add_mla_attention_option(*command, options->model);
   add_parallel_options(*command, options->model);
   command->add_option("-f,--file", options->file, "Text file")->required();
   command->add_option("--ctx", options->window, "Window size in tokens (512)")

@@ -97,6 +97,56 @@ Status DecoderModel::set_numerics(Numerics numerics) {
   return Status();
 }
 
+Status DecoderModel::set_mla_attention(MlaAttention mode, double cost_factor) {
+  const LatentAttentionConfig& mla = config_.mla;
+  if (mode != MlaAttention::kAbsorbed && !mla.enabled()) {
+    return invalid_argument("--mla-attention: the model has no multi-head latent attention (MLA)");
+  }
+  if (mode != MlaAttention::kAbsorbed) {
+    // W_UK from its transpose (key_absorb: [kv_lora_rank, qk_nope_head_dim], as stored).
+    const int64_t latent = mla.kv_lora_rank;
+    const int64_t nope = mla.qk_nope_head_dim;
+    for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
+      LatentAttentionWeights& layer = weights_.layers[i].mla;
+      if (!layer.key_up.empty()) continue;
+      std::vector<float> transposed(static_cast<size_t>(latent * nope));
+      for (const kernels::WeightMatrix& absorb : layer.key_absorb) {
+        if (absorb.data == nullptr) {  // another TP rank's head
+          layer.key_up.emplace_back();
+          continue;
+        }
+        TACHYON_RETURN_IF_ERROR(
+            reference::dequantize(absorb.type, absorb.data, transposed.data(), latent * nope));
+        auto bytes = std::make_unique<std::vector<uint8_t>>(transposed.size() * sizeof(float));
+        float* key_up = reinterpret_cast<float*>(bytes->data());
+        for (int64_t n = 0; n < nope; ++n) {
+          for (int64_t c = 0; c < latent; ++c) key_up[n * latent + c] = transposed[c * nope + n];
+        }
+        layer.key_up.push_back({DType::kF32, bytes->data(), nope, latent});
+        weights_.converted_bytes.push_back(std::move(bytes));
+      }
+    }
+  }
+  mla_attention_ = mode;
+  decompressed_cost_factor_ = cost_factor;
+  return Status();
+}
+
+bool DecoderModel::decompresses(int start_position, int num_tokens) const {
+  switch (mla_attention_) {
+    case MlaAttention::kAbsorbed:
+      return false;
+    case MlaAttention::kDecompressed:
+      return true;
+    case MlaAttention::kAuto:
+      return decompressed_cost_factor_ * DecompressedLatentAttention::multiply_adds(
+                                           config_.mla, start_position, num_tokens) <
+             DecompressedLatentAttention::absorbed_multiply_adds(config_.mla, start_position,
+                                                                 num_tokens);
+  }
+  return false;
+}
+
 void DecoderModel::normalize(const float* x, const float* weight, int size, float* out) const {
   if (numerics_ == Numerics::kLlamaCpp) {
     kernels::llamacpp::rms_norm(x, weight, size, config_.rms_norm_epsilon, out);
@@ -321,6 +371,9 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
   // Pipeline parallelism: a long prompt in pieces flowing through the stages (each stage splits
   // it alike); one piece otherwise.
   const std::vector<int> cuts = even_token_cuts(num_tokens, shard_.pp_size);
+  // MLA's path, chosen for the whole call (its pieces alike).
+  const bool decompressed = config_.mla.enabled() && observer == nullptr &&
+                            decompresses(start_position, num_tokens);
   const int first_logit = num_tokens - num_logits;
   const int64_t kv_size = local_kv_size();
   std::vector<float> all_logits;
@@ -339,11 +392,20 @@ Status DecoderModel::forward(std::span<const TokenIndex> tokens, int start_posit
     auto prefetch_store = [&](int layer) {
       cache.prefetch_store(cache_layer(layer), piece_start, count);
     };
+    workspace_.latent_runs.clear();
+    if (decompressed) workspace_.latent_runs.push_back({0, count, piece_start, 0});
     // This piece's keys and values are in the cache: every query attends over it.
     Status layers = run_layers(tokens.subspan(begin, count), store, prefetch_store, [&](int layer) {
       Workspace& w = workspace_;
       const AttentionShape shape = attention_shape(layer);
-      if (numerics_ == Numerics::kLlamaCpp) {
+      if (decompressed) {
+        const int positions = piece_start + count;
+        w.run_latents.resize(1);
+        w.run_latents[0].resize(static_cast<size_t>(positions) * shape.head_size);
+        w.head_output.resize(static_cast<size_t>(positions) * shape.head_size);  // scratch
+        cache.load_head(cache_layer(layer), 0, shape.head_size, positions,
+                        w.run_latents[0].data(), w.head_output.data());
+      } else if (numerics_ == Numerics::kLlamaCpp) {
         causal_attention_llamacpp(shape, w.query.data(), count, piece_start, cache,
                                   cache_layer(layer), w.attention.data(), pool);
       } else {
@@ -475,6 +537,13 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<
   // A token's result depends only on its own sequence's earlier tokens, so the logits are those
   // of one pass.
   std::vector<float> all_logits;
+  // MLA's path per sequence, chosen for its whole run (each piece of it alike).
+  std::vector<char> decompressed;
+  for (const BatchSequence& sequence : batch.sequences) {
+    decompressed.push_back(config_.mla.enabled() &&
+                           decompresses(sequence.start_position, sequence.num_tokens));
+  }
+  std::vector<char> piece_decompressed;
   size_t next_sequence = 0;  // the first sequence with tokens at or after `begin`
   for (size_t k = 0; k + 1 < cuts.size(); ++k) {
     const int begin = cuts[k];
@@ -482,6 +551,7 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<
     ForwardBatch& micro = micro_batch_;
     micro.clear();
     micro.block_size = batch.block_size;
+    piece_decompressed.clear();
     auto slice = [&](const auto& from, auto& to) {
       if (!from.empty()) to.assign(from.begin() + begin, from.begin() + end);
     };
@@ -497,6 +567,7 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<
       if (sequence.first_token >= end) break;
       if (last <= first) continue;
       BatchSequence piece = sequence;
+      piece_decompressed.push_back(decompressed[s]);
       piece.first_token = first - begin;
       piece.num_tokens = last - first;
       piece.start_position = sequence.start_position + (first - sequence.first_token);
@@ -506,7 +577,7 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<
     for (int t : batch.logits_tokens) {
       if (t >= begin && t < end) micro.logits_tokens.push_back(t - begin);
     }
-    TACHYON_RETURN_IF_ERROR(run_batch_layers(micro, cache, pool, nullptr));
+    TACHYON_RETURN_IF_ERROR(run_batch_layers(micro, cache, pool, nullptr, piece_decompressed));
     if (shard_.last_stage()) {
       project_logits(micro.logits_tokens, weights_.output_norm, weights_.output, logits, pool);
       all_logits.insert(all_logits.end(), logits.begin(), logits.end());
@@ -518,8 +589,28 @@ Status DecoderModel::forward_micro_batches(const ForwardBatch& batch, std::span<
 }
 
 Status DecoderModel::run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache,
-                                      ThreadPool& pool, const AttentionObserver* observer) {
+                                      ThreadPool& pool, const AttentionObserver* observer,
+                                      std::span<const char> decompressed) {
   workspace_.positions = batch.positions;
+  // MLA: the runs taking the decompressed path, and a batch of the others for paged attention.
+  std::vector<Workspace::LatentRun>& latent_runs = workspace_.latent_runs;
+  latent_runs.clear();
+  const ForwardBatch* absorbed = &batch;
+  if (config_.mla.enabled() && observer == nullptr && mla_attention_ != MlaAttention::kAbsorbed) {
+    absorbed_batch_.clear();
+    absorbed_batch_.block_size = batch.block_size;
+    for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
+      const BatchSequence& sequence = batch.sequences[s];
+      if (decompressed.empty() ? decompresses(sequence.start_position, sequence.num_tokens)
+                               : decompressed[s] != 0) {
+        latent_runs.push_back(
+            {sequence.first_token, sequence.num_tokens, sequence.start_position, s});
+      } else {
+        absorbed_batch_.sequences.push_back(sequence);
+      }
+    }
+    if (!latent_runs.empty()) absorbed = &absorbed_batch_;
+  }
   const int64_t kv_size = local_kv_size();
   // Sliding-window layers store in their own blocks (PagedKvCache::is_local).
   auto slots = [&](int layer) -> const std::vector<int64_t>& {
@@ -536,8 +627,26 @@ Status DecoderModel::run_batch_layers(const ForwardBatch& batch, PagedKvCache& c
   };
   TACHYON_RETURN_IF_ERROR(run_layers(batch.tokens, store, prefetch_store, [&](int layer) {
     Workspace& w = workspace_;
-    paged_attention(attention_shape(layer), w.query.data(), batch, cache, cache_layer(layer),
-                    w.attention.data(), pool);
+    const AttentionShape shape = attention_shape(layer);
+    if (!absorbed->sequences.empty()) {
+      paged_attention(shape, w.query.data(), *absorbed, cache, cache_layer(layer),
+                      w.attention.data(), pool);
+    }
+    w.run_latents.resize(latent_runs.size());
+    for (size_t r = 0; r < latent_runs.size(); ++r) {
+      // The run's latents block by block (the cache's values are its keys, back in rows).
+      const BatchSequence& sequence = batch.sequences[latent_runs[r].sequence];
+      const int positions = sequence.start_position + sequence.num_tokens;
+      const int block_size = batch.block_size;
+      AlignedVector<float>& rows = w.run_latents[r];
+      rows.resize(static_cast<size_t>(positions) * shape.head_size);
+      w.head_output.resize(static_cast<size_t>(shape.head_size) * block_size);  // scratch
+      for (int p = 0; p < positions; p += block_size) {
+        cache.load_block(cache_layer(layer), 0, sequence.block_table[p / block_size],
+                         std::min(block_size, positions - p), w.head_output.data(), block_size,
+                         rows.data() + static_cast<int64_t>(p) * shape.head_size);
+      }
+    }
     if (observer != nullptr) (*observer)(layer, w.query.data(), batch.num_tokens());
   }, pool));
   return Status();
@@ -577,6 +686,7 @@ Status DecoderModel::forward_mtp_batch(int mtp, const ForwardBatch& batch,
   const int64_t hidden = config_.hidden_size;
   Workspace& w = workspace_;
   w.positions = batch.positions;
+  w.latent_runs.clear();  // MTP proposes a token or a few: absorbed
   prepare_workspace(num_tokens);
   // The layer's input: eh_proj · [enorm(embedding), hnorm(trunk hidden)], into the residual.
   w.mtp_input.resize(static_cast<size_t>(num_tokens) * 2 * hidden);
@@ -1004,8 +1114,13 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
       store(layer_index, t, t + 1);
     }
   });
+  // The absorbed path's steps run on every token unless all take the decompressed one (their
+  // rows of the others are overwritten below).
+  int decompressed_tokens = 0;
+  for (const Workspace::LatentRun& run : w.latent_runs) decompressed_tokens += run.num_tokens;
+  const bool absorb = decompressed_tokens < num_tokens;
   // Absorption: head h's query in latent space is W_UK_h^T q_nope_h.
-  for (int h = 0; h < heads; ++h) {
+  for (int h = 0; absorb && h < heads; ++h) {
     multiply_head(weights.key_absorb[first_head + h], w.query_heads.data() + h * mla.qk_head_dim(),
                   query_stride, num_tokens, w.query.data() + h * latent_size, absorbed_stride,
                   pool);
@@ -1013,10 +1128,28 @@ void DecoderModel::latent_attention_block(const LayerWeights& layer, int layer_i
   attend(layer_index);
   // Each head's output latent (the first kv_lora_rank of its attention row) through W_UV_h.
   const int64_t values_stride = static_cast<int64_t>(heads) * mla.v_head_dim;
-  for (int h = 0; h < heads; ++h) {
+  for (int h = 0; absorb && h < heads; ++h) {
     multiply_head(weights.value_up[first_head + h], w.attention.data() + h * latent_size,
                   absorbed_stride, num_tokens, w.head_values.data() + h * mla.v_head_dim,
                   values_stride, pool);
+  }
+  for (size_t r = 0; r < w.latent_runs.size(); ++r) {
+    const Workspace::LatentRun& run = w.latent_runs[r];
+    DecompressedLatentAttention::Run input;
+    input.num_tokens = run.num_tokens;
+    input.start_position = run.start_position;
+    input.latents = w.run_latents[r].data();
+    input.nope_queries = w.query_heads.data() + run.first_token * query_stride;
+    input.nope_stride = query_stride;
+    input.nope_head_stride = mla.qk_head_dim();
+    input.rotary_queries =
+        w.query.data() + run.first_token * absorbed_stride + mla.kv_lora_rank;
+    input.rotary_stride = absorbed_stride;
+    input.rotary_head_stride = latent_size;
+    input.out = w.head_values.data() + run.first_token * values_stride;
+    input.out_stride = values_stride;
+    decompressed_attention_.run(mla, weights.key_up, weights.value_up, first_head, heads,
+                                attention_shape().scale, input, pool);
   }
   project_to_hidden(layer.attention_output, w.head_values.data(), head_value_rows_, num_tokens,
                     pool);

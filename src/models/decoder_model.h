@@ -22,6 +22,7 @@
 #include "models/forward_batch.h"
 #include "models/layers.h"
 #include "models/model_config.h"
+#include "models/decompressed_latent_attention.h"
 #include "models/model_shard.h"
 #include "models/rotary_embedding.h"
 
@@ -33,6 +34,15 @@ using TokenIndex = int32_t;
 // operation (kernels/cpu/llamacpp_arithmetic.h: the same logits, bit for bit, on the models
 // its CPU backend runs row by row; slower, for checking against llama.cpp).
 enum class Numerics { kNative, kLlamaCpp };
+
+// How MLA's attention runs (--mla-attention). kAbsorbed: every token scores and sums in the
+// latent space (queries folded through W_UK), reading the cached latents in place: a token's
+// bits never depend on how its prompt was cut into chunks. kDecompressed: every run of new
+// tokens through keys and values decompressed from the latents (DecompressedLatentAttention;
+// chunk-invariant too, but every call decompresses the whole context: slow decoding).
+// kAuto: each run the one with fewer multiply-adds, so long prompt chunks decompressed and
+// decodes absorbed (a prompt's bits then depend on where its chunks were cut).
+enum class MlaAttention { kAbsorbed, kDecompressed, kAuto };
 
 // What DecoderModel::rebalance_experts did, over every rank of the job.
 struct ExpertRebalance {
@@ -110,6 +120,20 @@ class DecoderModel {
   // weight matrix in Q4_1 or Q8_0 and RoPE without YaRN; an error says what else it found.
   Status set_numerics(Numerics numerics);
   Numerics numerics() const { return numerics_; }
+
+  // Chooses MLA's attention path (MlaAttention; kAbsorbed until called). Anything else needs a
+  // model with MLA (an error otherwise) and builds each layer's W_UK in f32 (the keys'
+  // decompression: qk_nope_head_dim x kv_lora_rank floats per head and layer).
+  // `cost_factor`: kAuto's weight on the decompressed path's multiply-adds (tests move it).
+  Status set_mla_attention(MlaAttention mode, double cost_factor = kDecompressedCostFactor);
+  MlaAttention mla_attention() const { return mla_attention_; }
+  // Whether a run of `num_tokens` new tokens after `start_position` cached ones takes the
+  // decompressed path (kAuto: when its multiply-adds, weighted by kDecompressedCostFactor, are
+  // fewer than the absorbed path's).
+  bool decompresses(int start_position, int num_tokens) const;
+  // The decompressed path's multiply-adds are worth this many of the absorbed path's (measured:
+  // docs/benchmarks.md, the MLA prompt-path section).
+  static constexpr double kDecompressedCostFactor = 1.0;
 
   // A cache for `capacity` positions, stored as f16 (default) or f32 (MLA: the latent once);
   // of a shard's layers and KV heads only.
@@ -219,6 +243,17 @@ class DecoderModel {
     AlignedVector<float> head_input;    // f32 [tokens, max(qk_nope_head_dim, kv_lora_rank)]
     AlignedVector<float> head_output;   // f32 [tokens, max(kv_lora_rank, v_head_dim)]
     AlignedVector<float> head_values;   // f32 [tokens, heads * v_head_dim]
+    // The pass's runs of tokens that take the decompressed path (decompresses), and each one's
+    // latents: f32 [start_position + num_tokens, latent_size], read from the cache by the
+    // pass's Attend.
+    struct LatentRun {
+      int first_token = 0;
+      int num_tokens = 0;
+      int start_position = 0;
+      int sequence = 0;  // in the pass's ForwardBatch (forward(): 0)
+    };
+    std::vector<LatentRun> latent_runs;
+    std::vector<AlignedVector<float>> run_latents;
     // MoE (expert_feed_forward_block).
     AlignedVector<float> router_logits;  // f32 [tokens, experts]
     std::vector<int> chosen_experts;     // [tokens, experts_per_token], ascending per token
@@ -273,8 +308,11 @@ class DecoderModel {
   // The logits of `rows` (the last stage's projection; the leader's copy of them).
   void output_logits(std::span<const int> rows, std::vector<float>& logits, ThreadPool& pool);
   // forward_batch's layers (not the logits) over `batch`'s tokens.
+  // `decompressed`: per sequence, whether its run takes MLA's decompressed path (a pipeline's
+  // micro-batch pieces: their whole runs' choice); empty: decompresses() on each.
   Status run_batch_layers(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
-                          const AttentionObserver* observer);
+                          const AttentionObserver* observer,
+                          std::span<const char> decompressed = {});
   // Pipeline parallelism: forward_batch in micro-batches flowing through the stages.
   // The token indices where micro_batch_cuts cuts the step (0 first, num_tokens last).
   std::vector<int> micro_batch_cuts(const ForwardBatch& batch) const;
@@ -408,6 +446,10 @@ class DecoderModel {
   RotaryEmbedding local_rope_;  // local layers' (config_.local_rope)
   Workspace workspace_;
   Numerics numerics_ = Numerics::kNative;
+  MlaAttention mla_attention_ = MlaAttention::kAbsorbed;
+  double decompressed_cost_factor_ = kDecompressedCostFactor;
+  DecompressedLatentAttention decompressed_attention_;
+  ForwardBatch absorbed_batch_;  // run_batch_layers: the sequences not decompressed
   ExpertLoad expert_load_;
 };
 

@@ -30,6 +30,9 @@ struct LatentAttentionWeights {
   // latent). llama.cpp's attn_k_b / attn_v_b, or cut from attn_kv_b / kv_b_proj at load.
   std::vector<kernels::WeightMatrix> key_absorb;
   std::vector<kernels::WeightMatrix> value_up;
+  // Per head: W_UK itself, f32 [qk_nope_head_dim, kv_lora_rank], for keys decompressed from
+  // the latent (DecoderModel::set_mla_attention builds them; empty until then).
+  std::vector<kernels::WeightMatrix> key_up;
 };
 
 // A layer's routed and shared experts (MixtureOfExpertsConfig), instead of gate/up/down.

@@ -72,6 +72,29 @@ TEST(ElementwiseKernelTest, SwigluAndAddMatchReference) {
   }
 }
 
+TEST(ElementwiseKernelTest, ScaledSoftmaxMatchesReference) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  for (int64_t size : {1, 2, 15, 16, 17, 100, 1536, 10001}) {
+    std::vector<float> x(size);
+    for (float& v : x) v = normal(rng) * 8.0f;  // weights from ~1 down to underflow
+    if (size > 3) x[size / 2] = -std::numeric_limits<float>::infinity();  // a masked score
+    std::vector<float> expected = x;
+    reference::scaled_softmax(expected.data(), size, 0.125f);
+    std::vector<float> out = x;
+    kernels::scaled_softmax(out.data(), size, 0.125f);
+    double total = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      EXPECT_NEAR(out[i], expected[i], 2e-6f * std::max(1e-3f, expected[i])) << size << " " << i;
+      total += out[i];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5) << size;
+    if (size > 3) {
+      EXPECT_EQ(out[size / 2], 0.0f);
+    }
+  }
+}
+
 TEST(ElementwiseKernelTest, GegluMatchesReference) {
   std::mt19937 rng(10);
   std::normal_distribution<float> normal;

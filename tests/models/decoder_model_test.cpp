@@ -33,6 +33,7 @@ std::string read_file(const std::string& path) {
 }
 
 struct Golden {
+  std::string architecture;  // GGUF's general.architecture (deepseek2: MLA)
   std::string name;
   std::string gguf;
   std::vector<int32_t> tokens;
@@ -57,6 +58,7 @@ std::vector<Golden> load_goldens() {
     golden.name = std::string(entry.at("config").as_string()) + "." +
                   std::string(entry.at("dtype").as_string());
     golden.gguf = std::string(entry.at("gguf").as_string());
+    golden.architecture = std::string(entry.at("architecture").as_string());
     for (const auto& id : entry.at("token_ids").as_array()) golden.tokens.push_back(id.to_number<int32_t>());
     golden.vocab_size = entry.at("vocab_size").to_number<int>();
     golden.max_abs_logit = entry.at("max_abs_logit").to_number<double>();
@@ -156,6 +158,139 @@ TEST_P(DecoderModelGoldenTest, MatchesHuggingFaceLogits) {
                                 static_cast<int>(golden.tokens.size()), logits)
                   .ok());
   expect_matches_golden(golden, logits, "f16 cache", /*exact_cache=*/false);
+}
+
+// MLA's decompressed path (--mla-attention decompressed): keys and values decompressed from the
+// cached latents, the same model math in another order. Against transformers as the absorbed
+// path is; in chunks the very same bits as in one batch (the path is chunk-invariant), and
+// through forward_batch's paged cache, two sequences in one pass with one of them absorbed
+// (kAuto's mix), the very same bits as forward() for each.
+class MlaGoldenTest : public DecoderModelGoldenTest {};
+
+TEST_P(MlaGoldenTest, DecompressedPathMatchesHuggingFaceLogits) {
+  const Golden& golden = GetParam();
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(models_dir() + "/" + golden.gguf);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(**file);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  DecoderModel& m = **model;
+  ASSERT_TRUE(m.config().mla.enabled());
+  ASSERT_TRUE(m.set_mla_attention(MlaAttention::kDecompressed).ok());
+  EXPECT_TRUE(m.decompresses(0, 1));
+  ThreadPool pool(2);
+  const int count = static_cast<int>(golden.tokens.size());
+  auto run_in_chunks = [&](int chunk, DType type) {
+    KvCache cache = m.make_cache(count, type);
+    std::vector<float> all;
+    std::vector<float> step;
+    for (int start = 0; start < count; start += chunk) {
+      const int n = std::min(chunk, count - start);
+      std::span<const int32_t> piece(golden.tokens.data() + start, n);
+      EXPECT_TRUE(m.forward(piece, start, cache, pool, n, step).ok());
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  };
+  const std::vector<float> one_batch = run_in_chunks(count, DType::kF32);
+  expect_matches_golden(golden, one_batch, "decompressed, one batch");
+  for (int chunk : {1, 7}) {
+    const std::vector<float> chunked = run_in_chunks(chunk, DType::kF32);
+    expect_matches_golden(golden, chunked, fmt::format("decompressed, chunks of {}", chunk));
+    EXPECT_EQ(chunked, one_batch) << "chunks of " << chunk << ": not the same bits";
+  }
+  const std::vector<float> half = run_in_chunks(count, DType::kF16);
+  expect_matches_golden(golden, half, "decompressed, f16 cache", /*exact_cache=*/false);
+
+  // kAuto (its costs weighted so that this tiny shape takes both paths): through forward_batch's
+  // paged cache, sequence A's whole prompt (decompressed) and sequence B's decode after its
+  // cached first half (absorbed) in one pass: each the very same bits as forward() gives it.
+  ASSERT_TRUE(m.set_mla_attention(MlaAttention::kAuto, 0.5).ok());
+  const int half_count = count / 2;
+  ASSERT_TRUE(m.decompresses(0, count));
+  ASSERT_FALSE(m.decompresses(half_count, 1));
+  std::vector<float> expected_a;
+  KvCache cache_a = m.make_cache(count, DType::kF32);
+  ASSERT_TRUE(m.forward(golden.tokens, 0, cache_a, pool, count, expected_a).ok());
+  std::vector<float> expected_b;
+  KvCache cache_b = m.make_cache(count, DType::kF32);
+  std::span<const int32_t> prefix(golden.tokens.data(), half_count);
+  ASSERT_TRUE(m.forward(prefix, 0, cache_b, pool, 1, expected_b).ok());
+  ASSERT_TRUE(m.forward(std::span<const int32_t>(golden.tokens.data() + half_count, 1),
+                        half_count, cache_b, pool, 1, expected_b)
+                  .ok());
+  constexpr int kBlockSize = 16;
+  const int blocks_a = (count + kBlockSize - 1) / kBlockSize;
+  const int blocks_b = (half_count + 1 + kBlockSize - 1) / kBlockSize;
+  Result<std::unique_ptr<PagedKvCache>> paged =
+      m.make_paged_cache(blocks_a + blocks_b, kBlockSize, DType::kF32);
+  ASSERT_TRUE(paged.ok()) << paged.status().message();
+  BatchSequence b;
+  for (int i = 0; i < blocks_b; ++i) b.block_table.push_back(blocks_a + i);
+  auto slot_b = [&](int p) { return static_cast<int64_t>(blocks_a) * kBlockSize + p; };
+  ForwardBatch first_pass;  // B's first half
+  first_pass.block_size = kBlockSize;
+  b.num_tokens = half_count;
+  first_pass.sequences = {b};
+  for (int p = 0; p < half_count; ++p) {
+    first_pass.tokens.push_back(golden.tokens[p]);
+    first_pass.positions.push_back(p);
+    first_pass.slots.push_back(slot_b(p));
+  }
+  first_pass.logits_tokens = {half_count - 1};
+  std::vector<float> batch_logits;
+  ASSERT_TRUE(m.forward_batch(first_pass, **paged, pool, batch_logits).ok());
+  ForwardBatch second_pass;  // A whole, then B's next token
+  second_pass.block_size = kBlockSize;
+  BatchSequence a;
+  a.num_tokens = count;
+  for (int i = 0; i < blocks_a; ++i) a.block_table.push_back(i);
+  b.first_token = count;
+  b.num_tokens = 1;
+  b.start_position = half_count;
+  second_pass.sequences = {a, b};
+  for (int p = 0; p < count; ++p) {
+    second_pass.tokens.push_back(golden.tokens[p]);
+    second_pass.positions.push_back(p);
+    second_pass.slots.push_back(p);
+    second_pass.logits_tokens.push_back(p);
+  }
+  second_pass.tokens.push_back(golden.tokens[half_count]);
+  second_pass.positions.push_back(half_count);
+  second_pass.slots.push_back(slot_b(half_count));
+  second_pass.logits_tokens.push_back(count);
+  ASSERT_TRUE(m.forward_batch(second_pass, **paged, pool, batch_logits).ok());
+  const size_t vocab = static_cast<size_t>(golden.vocab_size);
+  ASSERT_EQ(batch_logits.size(), (static_cast<size_t>(count) + 1) * vocab);
+  EXPECT_TRUE(std::equal(expected_a.begin(), expected_a.end(), batch_logits.begin()))
+      << "the decompressed sequence differs from forward()";
+  EXPECT_TRUE(std::equal(expected_b.begin(), expected_b.end(), batch_logits.begin() + count * vocab))
+      << "the absorbed decode differs from forward()";
+  // A's logits by the decompressed path still match transformers.
+  expect_matches_golden(golden, expected_a, "auto, one batch");
+}
+
+std::vector<Golden> mla_goldens() {
+  std::vector<Golden> goldens = load_goldens();
+  std::erase_if(goldens, [](const Golden& g) { return g.architecture != "deepseek2"; });
+  return goldens;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, MlaGoldenTest, ::testing::ValuesIn(mla_goldens()), golden_name);
+
+// A model without MLA refuses another MLA path with a clear error.
+TEST(DecoderModelTest, MlaAttentionNeedsAnMlaModel) {
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::open(models_dir() + "/llama_gqa.f32.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  Result<std::unique_ptr<DecoderModel>> model = DecoderModel::load(**file);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_TRUE((*model)->set_mla_attention(MlaAttention::kAbsorbed).ok());
+  for (MlaAttention mode : {MlaAttention::kDecompressed, MlaAttention::kAuto}) {
+    const Status refused = (*model)->set_mla_attention(mode);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("no multi-head latent attention"), std::string::npos)
+        << refused.message();
+  }
+  EXPECT_FALSE((*model)->decompresses(0, 512));
 }
 
 // The same weights as a Hugging Face folder (config.json + model.safetensors written by the

@@ -84,6 +84,43 @@ __attribute__((always_inline)) inline void add_in_place_body(float* x, const flo
   for (int64_t i = 0; i < size; ++i) x[i] += y[i];
 }
 
+__attribute__((always_inline)) inline void scaled_softmax_body(float* x, int64_t size,
+                                                                float scale) {
+  typedef float Lanes __attribute__((vector_size(64)));
+  constexpr int kLanes = 16;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  Lanes top = Lanes{} + neg_inf;
+  int64_t i = 0;
+  for (; i + kLanes <= size; i += kLanes) {
+    Lanes v;
+    std::memcpy(&v, x + i, sizeof(v));
+    top = v > top ? v : top;
+  }
+  float largest = neg_inf;
+  for (int k = 0; k < kLanes; ++k) largest = top[k] > largest ? top[k] : largest;
+  for (; i < size; ++i) largest = x[i] > largest ? x[i] : largest;
+  // x·scale - largest·scale <= 0 (rounding is monotonic): the branch-free exp's domain.
+  const float shift = largest * scale;
+  float lanes[kLanes] = {};
+  for (i = 0; i + kLanes <= size; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float e = exp_nonpositive(x[i + k] * scale - shift);
+      x[i + k] = e;
+      lanes[k] += e;
+    }
+  }
+  for (int k = 0; i < size; ++i, ++k) {
+    const float e = exp_nonpositive(x[i] * scale - shift);
+    x[i] = e;
+    lanes[k] += e;
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
+  }
+  const float inverse = 1.0f / lanes[0];
+  for (i = 0; i < size; ++i) x[i] *= inverse;
+}
+
 __attribute__((always_inline)) inline int64_t argmax_body(const float* x, int64_t size) {
   // The largest value first, 16 lanes at a time (GCC vectors: each clone gets its widest
   // compare and blend; NaN never compares greater), then the first position holding it.
@@ -161,6 +198,8 @@ TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, geglu,
                           (gate, up, size, out))
 TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, add_in_place,
                           (float* x, const float* y, int64_t size), (x, y, size))
+TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, scaled_softmax,
+                          (float* x, int64_t size, float scale), (x, size, scale))
 TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, int64_t, argmax,
                           (const float* x, int64_t size), (x, size))
 TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kElementwise, void, apply_token_mask,

@@ -1,7 +1,9 @@
 #include "kernels/reference/elementwise.h"
 
 #include <cmath>
+#include <algorithm>
 #include <numbers>
+#include <vector>
 
 namespace tachyon::reference {
 
@@ -25,6 +27,15 @@ void geglu(const float* gate, const float* up, int64_t size, float* out) {
     const double u = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
     out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(u)) * up[i]);
   }
+}
+
+void scaled_softmax(float* x, int64_t size, float scale) {
+  double largest = x[0];
+  for (int64_t i = 1; i < size; ++i) largest = std::max<double>(largest, x[i]);
+  double sum = 0.0;
+  std::vector<double> e(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) sum += e[i] = std::exp((x[i] - largest) * scale);
+  for (int64_t i = 0; i < size; ++i) x[i] = static_cast<float>(e[i] / sum);
 }
 
 }  // namespace tachyon::reference
