@@ -48,10 +48,10 @@ void add_mla_attention_option(CLI::App& command, ModelOptions& options) {
       .add_option("--mla-attention", options.mla_attention,
                   "MLA models (DeepSeek, Kimi): absorbed (every token attends in the latent "
                   "space; a token's result never depends on how its prompt was cut into "
-                  "chunks: the default), auto (long prompt chunks through keys and values "
-                  "decompressed from the latents, decodes absorbed: long prompts several times "
-                  "faster, their bits then depending on the chunks) or decompressed (every "
-                  "token so)")
+                  "chunks: the default), auto (long prompt chunks deep in a context through "
+                  "keys and values decompressed from the latents, decodes absorbed: fewer "
+                  "multiply-adds, a prompt's bits then depending on where its chunks were cut) "
+                  "or decompressed (every token so)")
       ->check(CLI::IsMember({"absorbed", "decompressed", "auto"}));
 }
 

@@ -131,9 +131,10 @@ class DecoderModel {
   // decompressed path (kAuto: when its multiply-adds, weighted by kDecompressedCostFactor, are
   // fewer than the absorbed path's).
   bool decompresses(int start_position, int num_tokens) const;
-  // The decompressed path's multiply-adds are worth this many of the absorbed path's (measured:
-  // docs/benchmarks.md, the MLA prompt-path section).
-  static constexpr double kDecompressedCostFactor = 1.0;
+  // The decompressed path's multiply-adds are worth this many of the absorbed path's: its f32
+  // matmuls ran ~60 G multiply-adds/s on a 2-core Xeon against the absorbed attention kernel's
+  // ~105 (docs/benchmarks.md, the MLA prompt-path section).
+  static constexpr double kDecompressedCostFactor = 1.7;
 
   // A cache for `capacity` positions, stored as f16 (default) or f32 (MLA: the latent once);
   // of a shard's layers and KV heads only.

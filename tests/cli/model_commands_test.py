@@ -83,6 +83,30 @@ def main() -> int:
     try:
         tiny = tiny_models.write_model("llama_gqa", "f32", work / "tiny.gguf")
 
+        # --mla-attention: the decompressed path gives the absorbed path's perplexity (to float
+        # rounding) and greedy text on an MLA model; a model without MLA refuses it.
+        mla = tiny_models.write_model("deepseek_v2_lite", "f32", work / "mla.gguf")
+        text = work / "text.txt"
+        text.write_text((ROOT.parent / "shared/data/corpus/tinyshakespeare.txt").read_text()[:3000])
+        perplexities = {}
+        for mode in ("absorbed", "decompressed", "auto"):
+            result = run(t, "perplexity", "-m", str(mla), "-f", str(text), "--ctx", "128",
+                         "--json", "--mla-attention", mode, "-t", "2")
+            perplexities[mode] = json.loads(result.stdout)["perplexity"] if result.returncode == 0 else None
+        check("perplexity --mla-attention: each path within 1e-5 of the absorbed one",
+              all(p is not None and abs(p / perplexities["absorbed"] - 1) < 1e-5
+                  for p in perplexities.values()), repr(perplexities))
+        texts = [run(t, "generate", "-m", str(mla), "-p", "To be or not to be", "-n", "12",
+                     "--temperature", "0", "--mla-attention", mode).stdout
+                 for mode in ("absorbed", "decompressed")]
+        check("generate --mla-attention decompressed: the absorbed path's greedy text",
+              texts[0] == texts[1] and texts[0] != "", repr(texts))
+        expect_error(t, "--mla-attention on a model without MLA",
+                     ["perplexity", "-m", str(tiny), "-f", str(text), "--ctx", "64",
+                      "--mla-attention", "auto"],
+                     f"tachyon: error: {tiny}: --mla-attention: the model has no multi-head "
+                     "latent attention (MLA)")
+
         # generate: greedy is deterministic, seeds make sampling reproducible.
         greedy = [run(t, "generate", "-p", "The capital of France is", "-n", "16",
                       "--temperature", "0", "-t", "1").stdout for _ in range(2)]
