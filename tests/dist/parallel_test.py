@@ -166,6 +166,18 @@ def check_expert_exchange(tachyon: str, tiny: Path, text: str) -> None:
                       f"perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
 
 
+def check_mla_attention(tachyon: str, tiny: Path, text: str) -> None:
+    """MLA's decompressed path (--mla-attention decompressed: each rank's heads decompressed
+    from the whole latent) under TP and PP: one process's perplexity to the last digit."""
+    model = str(tiny / "deepseek_v3_groups.f32.gguf")
+    decompressed = ["--mla-attention", "decompressed"]
+    alone, _ = perplexity(tachyon, model, text, None, tokens=512, extra=decompressed)
+    for tp, pp in ((2, 1), (1, 2)):
+        value, _ = perplexity(tachyon, model, text, (tp, pp), tokens=512, extra=decompressed)
+        check(f"deepseek_v3_groups --tp {tp} --pp {pp} --mla-attention decompressed: the same "
+              f"perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
+
+
 def check_memory() -> None:
     """Each rank's resident weights about 1/N of the model's: the whole is the sum over the
     --tp 2 ranks (a TP split holds no weight twice)."""
@@ -583,6 +595,7 @@ def main() -> int:
             layouts, 512)
     section("expert placement", check_expert_placement, args.tachyon, tiny, text.name)
     section("expert exchange", check_expert_exchange, args.tachyon, tiny, text.name)
+    section("MLA attention paths", check_mla_attention, args.tachyon, tiny, text.name)
     section("memory", check_memory)
     section("tcp", lambda: check("TCP transport (--mca btl tcp,self): the same perplexity",
                                  perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
