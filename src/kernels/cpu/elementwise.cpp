@@ -84,21 +84,30 @@ __attribute__((always_inline)) inline void add_in_place_body(float* x, const flo
   for (int64_t i = 0; i < size; ++i) x[i] += y[i];
 }
 
-__attribute__((always_inline)) inline void scaled_softmax_body(float* x, int64_t size,
-                                                                float scale) {
+// The largest of x (f32 [size]; -inf when none is larger), 16 lanes at a time (GCC vectors:
+// each clone gets its widest compare and blend; NaN never compares greater).
+__attribute__((always_inline)) inline float largest_value(const float* x, int64_t size) {
   typedef float Lanes __attribute__((vector_size(64)));
   constexpr int kLanes = 16;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  Lanes top = Lanes{} + neg_inf;
+  Lanes lanes = Lanes{} + neg_inf;
   int64_t i = 0;
   for (; i + kLanes <= size; i += kLanes) {
     Lanes v;
     std::memcpy(&v, x + i, sizeof(v));
-    top = v > top ? v : top;
+    lanes = v > lanes ? v : lanes;
   }
-  float largest = neg_inf;
-  for (int k = 0; k < kLanes; ++k) largest = top[k] > largest ? top[k] : largest;
-  for (; i < size; ++i) largest = x[i] > largest ? x[i] : largest;
+  float best = neg_inf;
+  for (int k = 0; k < kLanes; ++k) best = lanes[k] > best ? lanes[k] : best;
+  for (; i < size; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+__attribute__((always_inline)) inline void scaled_softmax_body(float* x, int64_t size,
+                                                                float scale) {
+  constexpr int kLanes = 16;
+  const float largest = largest_value(x, size);
+  int64_t i = 0;
   // x·scale - largest·scale <= 0 (rounding is monotonic): the branch-free exp's domain.
   const float shift = largest * scale;
   float lanes[kLanes] = {};
@@ -122,23 +131,13 @@ __attribute__((always_inline)) inline void scaled_softmax_body(float* x, int64_t
 }
 
 __attribute__((always_inline)) inline int64_t argmax_body(const float* x, int64_t size) {
-  // The largest value first, 16 lanes at a time (GCC vectors: each clone gets its widest
-  // compare and blend; NaN never compares greater), then the first position holding it.
+  // The largest value first, then the first position holding it.
   typedef float Lanes __attribute__((vector_size(64)));
   constexpr int kLanes = 16;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  Lanes lanes = Lanes{} + neg_inf;
+  const float best = largest_value(x, size);
+  if (!(best > -std::numeric_limits<float>::infinity())) return 0;
   int64_t i = 0;
   for (; i + kLanes <= size; i += kLanes) {
-    Lanes v;
-    std::memcpy(&v, x + i, sizeof(v));
-    lanes = v > lanes ? v : lanes;
-  }
-  float best = neg_inf;
-  for (int k = 0; k < kLanes; ++k) best = lanes[k] > best ? lanes[k] : best;
-  for (; i < size; ++i) best = x[i] > best ? x[i] : best;
-  if (!(best > neg_inf)) return 0;
-  for (i = 0; i + kLanes <= size; i += kLanes) {
     Lanes v;
     std::memcpy(&v, x + i, sizeof(v));
     const auto equal = v == (Lanes{} + best);
