@@ -24,10 +24,10 @@ void geglu(const float* gate, const float* up, int64_t size, float* out);
 // x += y. x, y: f32 [size]
 void add_in_place(float* x, const float* y, int64_t size);
 
-// x = softmax(x · scale) in place: e^(x·scale - max·scale) / sum, x: f32 [size], the largest
-// value finite,
-// scale > 0. The sum adds in 16 lanes fixed by index, so a row's bits depend only on its own
-// values (the same at every level). Rows of attention scores (MLA's decompressed path).
+// x = softmax(x · scale) in place: e^(x·scale - max·scale) / sum. x: f32 [size], its largest
+// value finite; scale > 0. The sum adds in 16 lanes fixed by index, so a row's bits depend only
+// on its own values (the same at every level). Rows of attention scores (MLA's decompressed
+// path).
 void scaled_softmax(float* x, int64_t size, float scale);
 
 // The index of the first largest value of x (f32 [size]): NaN is never largest, and if no
