@@ -29,6 +29,11 @@ class Communicator {
   // rank at `offsets[rank]` (floats). `send` may be recv + offsets[rank] (already in place).
   virtual void all_gather(const float* send, std::span<const int> counts,
                           std::span<const int> offsets, float* recv) = 0;
+  // A matrix split by columns: every rank's f32 [rows, widths[rank]] block at `send` (rows back
+  // to back) lands in `recv` (f32 [rows, stride], not overlapping `send`) at column
+  // columns[rank], on every rank: a tensor-parallel product's rows gathered straight into place.
+  virtual void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
+                                  std::span<const int> columns, float* recv, int64_t stride) = 0;
   // The same collected on `root` only (recv is read only there).
   virtual void gather(const float* send, std::span<const int> counts,
                       std::span<const int> offsets, float* recv, int root) = 0;

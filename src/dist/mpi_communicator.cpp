@@ -5,11 +5,14 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "core/check.h"
+#include "dist/shared_memory_exchange.h"
 
 namespace tachyon::dist {
 namespace {
@@ -23,6 +26,27 @@ void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+// The shared-memory exchange, unless the user chose the transport: TACHYON_MPI_SHARED_MEMORY=0,
+// or OpenMPI's byte transfer layers set without its shared-memory one (`--mca btl tcp,self`
+// reaches the ranks as OMPI_MCA_btl), so that a forced transport carries every byte.
+bool shared_memory_allowed() {
+  const char* setting = std::getenv("TACHYON_MPI_SHARED_MEMORY");
+  if (setting != nullptr && std::string_view(setting) == "0") return false;
+  const char* btl = std::getenv("OMPI_MCA_btl");
+  if (btl == nullptr) return true;
+  std::string_view layers(btl);
+  const bool excluded = layers.starts_with('^');  // "^a,b": every layer but those
+  if (excluded) layers.remove_prefix(1);
+  bool named = false;
+  while (!layers.empty()) {
+    const size_t comma = std::min(layers.find(','), layers.size());
+    const std::string_view layer = layers.substr(0, comma);
+    named = named || layer == "vader" || layer == "sm";
+    layers.remove_prefix(std::min(comma + 1, layers.size()));
+  }
+  return named != excluded;
 }
 
 }  // namespace
@@ -102,6 +126,41 @@ void MpiCommunicator::all_gather(const float* send, std::span<const int> counts,
   const void* from = send == recv + offsets[rank_] ? MPI_IN_PLACE : send;
   MPI_Allgatherv(from, counts[rank_], MPI_FLOAT, recv, counts.data(), offsets.data(), MPI_FLOAT,
                  comm_of(handle_));
+}
+
+void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
+                                         std::span<const int> widths, std::span<const int> columns,
+                                         float* recv, int64_t stride) {
+  TACHYON_CHECK(static_cast<int>(widths.size()) == size_ &&
+                static_cast<int>(columns.size()) == size_);
+  if (!shared_checked_) {
+    // Every rank must take the same path: allowed only where all ranks allow it.
+    int allowed = shared_memory_allowed() ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &allowed, 1, MPI_INT, MPI_MIN, comm_of(handle_));
+    if (allowed) shared_ = SharedMemoryExchange::create(comm_of(handle_));
+    shared_checked_ = true;
+  }
+  if (shared_ != nullptr) {
+    shared_->all_gather_columns(send, rows, widths, columns, recv, stride);
+    return;
+  }
+  std::vector<int> counts(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[static_cast<size_t>(r)] = static_cast<int>(rows * widths[static_cast<size_t>(r)]);
+    offsets[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += counts[static_cast<size_t>(r)];
+  }
+  exchange_.resize(static_cast<size_t>(total));
+  all_gather(send, counts, offsets, exchange_.data());
+  for (int r = 0; r < size_; ++r) {  // rank-major blocks to rows
+    const int64_t width = widths[static_cast<size_t>(r)];
+    const float* from = exchange_.data() + offsets[static_cast<size_t>(r)];
+    for (int64_t row = 0; row < rows; ++row) {
+      std::memcpy(recv + row * stride + columns[static_cast<size_t>(r)], from + row * width,
+                  width * sizeof(float));
+    }
+  }
 }
 
 void MpiCommunicator::gather(const float* send, std::span<const int> counts,

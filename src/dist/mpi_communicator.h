@@ -4,11 +4,14 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "dist/communicator.h"
 
 namespace tachyon::dist {
+
+class SharedMemoryExchange;
 
 // True when this process was started by mpirun (or another MPI launcher) as one of several.
 bool launched_by_mpi();
@@ -26,6 +29,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast_idle(void* data, size_t bytes, int root, int max_sleep_us) override;
   void all_gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
                   float* recv) override;
+  void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
+                          std::span<const int> columns, float* recv, int64_t stride) override;
   void gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
               float* recv, int root) override;
   void all_to_all(const float* send, std::span<const int> send_counts,
@@ -47,6 +52,12 @@ class MpiCommunicator final : public Communicator {
   bool owned_;  // freed with MPI_Comm_free (split results), not MPI_COMM_WORLD
   int rank_ = 0;
   int size_ = 1;
+  // all_gather_columns: through a shared-memory window when every rank is on this host (made
+  // at the first call, collectively; `shared_checked_` once decided), else rank-major through
+  // MPI into `exchange_`, then unpacked.
+  std::unique_ptr<SharedMemoryExchange> shared_;
+  bool shared_checked_ = false;
+  std::vector<float> exchange_;
 };
 
 }  // namespace tachyon::dist

@@ -241,16 +241,12 @@ void unpack_rank_major(const float* exchange, int num_tokens, const RowSplit& sp
 
 void DecoderModel::gather_columns(const float* local, int num_tokens, const RowSplit& split,
                                   float* out) {
-  std::vector<int> counts, offsets;
-  exchange_layout(split, num_tokens, counts, offsets);
-  if (num_tokens == 1) {  // rank-major is already token-major
-    shard_.tensor_group->all_gather(local, counts, offsets, out);
-    return;
+  std::vector<int> widths(split.parts()), columns(split.parts());
+  for (int p = 0; p < split.parts(); ++p) {
+    widths[p] = static_cast<int>(split.count(p));
+    columns[p] = static_cast<int>(split.first(p));
   }
-  AlignedVector<float>& exchange = workspace_.exchange;
-  exchange.resize(static_cast<size_t>(split.total()) * num_tokens);
-  shard_.tensor_group->all_gather(local, counts, offsets, exchange.data());
-  unpack_rank_major(exchange.data(), num_tokens, split, out);
+  shard_.tensor_group->all_gather_columns(local, num_tokens, widths, columns, out, split.total());
 }
 
 void DecoderModel::gather_columns_to_first(const float* local, int num_tokens,

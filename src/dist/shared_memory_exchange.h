@@ -1,0 +1,50 @@
+// The column all-gather of ranks on one host through an MPI-3 shared-memory window: each rank
+// copies its block into its own slot of the window, the ranks meet at a barrier, and each copies
+// every other rank's block straight from that rank's slot into place in its output. One copy of
+// each remote byte instead of the shared-memory transport's two (into and out of its bounce
+// buffers) plus the unpacking of the rank-major result into token-major rows.
+//
+// Private to tachyon_dist_mpi (this header includes mpi.h); MpiCommunicator uses it when every
+// rank of its group shares the host and the user has not forced another transport.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tachyon::dist {
+
+class SharedMemoryExchange {
+ public:
+  // Collective over `comm`. nullptr when the ranks of `comm` are not all on this host.
+  static std::unique_ptr<SharedMemoryExchange> create(MPI_Comm comm);
+  ~SharedMemoryExchange();
+  SharedMemoryExchange(const SharedMemoryExchange&) = delete;
+  SharedMemoryExchange& operator=(const SharedMemoryExchange&) = delete;
+
+  // Communicator::all_gather_columns. Collective; every rank passes the same rows, widths and
+  // columns (the window grows, collectively, at the same call on every rank).
+  void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
+                          std::span<const int> columns, float* recv, int64_t stride);
+
+ private:
+  explicit SharedMemoryExchange(MPI_Comm node);
+  void reserve(int64_t floats_per_buffer);
+  void free_window();
+
+  MPI_Comm node_;  // the group's ranks, all on this host (owned)
+  int rank_ = 0;
+  int size_ = 1;
+  MPI_Win window_ = MPI_WIN_NULL;
+  // Each rank's slot: two buffers of capacity_ floats, used in turn, so that a rank may write
+  // the next exchange's block while another still reads this one's (it cannot be two ahead:
+  // it would have passed a barrier that rank has not reached).
+  std::vector<float*> slots_;
+  int64_t capacity_ = 0;
+  int next_buffer_ = 0;
+};
+
+}  // namespace tachyon::dist
