@@ -145,6 +145,11 @@ void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
     return;
   }
   std::vector<int> counts(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  if (rows == 1) {  // one row: every block straight into place
+    for (int r = 0; r < size_; ++r) counts[static_cast<size_t>(r)] = widths[static_cast<size_t>(r)];
+    all_gather(send, counts, columns, recv);
+    return;
+  }
   int64_t total = 0;
   for (int r = 0; r < size_; ++r) {
     counts[static_cast<size_t>(r)] = static_cast<int>(rows * widths[static_cast<size_t>(r)]);
@@ -154,12 +159,9 @@ void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
   exchange_.resize(static_cast<size_t>(total));
   all_gather(send, counts, offsets, exchange_.data());
   for (int r = 0; r < size_; ++r) {  // rank-major blocks to rows
-    const int64_t width = widths[static_cast<size_t>(r)];
-    const float* from = exchange_.data() + offsets[static_cast<size_t>(r)];
-    for (int64_t row = 0; row < rows; ++row) {
-      std::memcpy(recv + row * stride + columns[static_cast<size_t>(r)], from + row * width,
-                  width * sizeof(float));
-    }
+    copy_rows_strided(exchange_.data() + offsets[static_cast<size_t>(r)], rows,
+                      widths[static_cast<size_t>(r)], recv + columns[static_cast<size_t>(r)],
+                      stride);
   }
 }
 

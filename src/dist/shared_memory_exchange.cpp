@@ -7,6 +7,12 @@
 
 namespace tachyon::dist {
 
+void copy_rows_strided(const float* from, int64_t rows, int64_t width, float* to, int64_t stride) {
+  for (int64_t row = 0; row < rows; ++row) {
+    std::memcpy(to + row * stride, from + row * width, width * sizeof(float));
+  }
+}
+
 std::unique_ptr<SharedMemoryExchange> SharedMemoryExchange::create(MPI_Comm comm) {
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
@@ -86,10 +92,7 @@ void SharedMemoryExchange::all_gather_columns(const float* send, int64_t rows,
   for (int r = 0; r < size_; ++r) {
     const int64_t width = widths[static_cast<size_t>(r)];
     const float* from = r == rank_ ? send : slots_[static_cast<size_t>(r)] + buffer;
-    float* to = recv + columns[static_cast<size_t>(r)];
-    for (int64_t row = 0; row < rows; ++row) {
-      std::memcpy(to + row * stride, from + row * width, width * sizeof(float));
-    }
+    copy_rows_strided(from, rows, width, recv + columns[static_cast<size_t>(r)], stride);
   }
 }
 

@@ -17,6 +17,9 @@
 
 namespace tachyon::dist {
 
+// rows x width floats at `from` (rows back to back) into `to` (rows `stride` floats apart).
+void copy_rows_strided(const float* from, int64_t rows, int64_t width, float* to, int64_t stride);
+
 class SharedMemoryExchange {
  public:
   // Collective over `comm`. nullptr when the ranks of `comm` are not all on this host.
