@@ -233,7 +233,8 @@ class DecoderModel {
     std::vector<float> local_rope_sin;
     std::vector<int> positions;
     // Tensor parallelism: this rank's rows of a product (f32 [tokens, local rows]), a whole
-    // gathered input (f32 [tokens, max(q_size, ffn)]) and the rank-major rows gathered to TP rank 0 (the logits).
+    // gathered input (f32 [tokens, max(q_size, ffn)]) and the rank-major rows gathered to TP
+    // rank 0 (the logits).
     AlignedVector<float> partial;
     AlignedVector<float> gathered;
     AlignedVector<float> exchange;
