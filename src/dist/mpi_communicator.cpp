@@ -133,14 +133,7 @@ void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
                                          float* recv, int64_t stride) {
   TACHYON_CHECK(static_cast<int>(widths.size()) == size_ &&
                 static_cast<int>(columns.size()) == size_);
-  if (!shared_checked_) {
-    // Every rank must take the same path: allowed only where all ranks allow it.
-    int allowed = shared_memory_allowed() ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &allowed, 1, MPI_INT, MPI_MIN, comm_of(handle_));
-    if (allowed) shared_ = SharedMemoryExchange::create(comm_of(handle_));
-    shared_checked_ = true;
-  }
-  if (shared_ != nullptr) {
+  if (use_shared_memory()) {
     shared_->all_gather_columns(send, rows, widths, columns, recv, stride);
     return;
   }
@@ -162,6 +155,41 @@ void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
     copy_rows_strided(exchange_.data() + offsets[static_cast<size_t>(r)], rows,
                       widths[static_cast<size_t>(r)], recv + columns[static_cast<size_t>(r)],
                       stride);
+  }
+}
+
+bool MpiCommunicator::use_shared_memory() {
+  if (!shared_checked_) {
+    // Every rank must take the same path: allowed only where all ranks allow it.
+    int allowed = shared_memory_allowed() ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &allowed, 1, MPI_INT, MPI_MIN, comm_of(handle_));
+    if (allowed) shared_ = SharedMemoryExchange::create(comm_of(handle_));
+    shared_checked_ = true;
+  }
+  return shared_ != nullptr;
+}
+
+void MpiCommunicator::all_gather_blocks(const void* send, std::span<const int64_t> bytes,
+                                        BlockReceiver receive) {
+  TACHYON_CHECK(static_cast<int>(bytes.size()) == size_);
+  if (use_shared_memory()) {
+    shared_->all_gather_blocks(send, bytes, receive);
+    return;
+  }
+  std::vector<int> counts(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t count = bytes[static_cast<size_t>(r)];
+    TACHYON_CHECK(count >= 0 && total + count <= INT_MAX);  // one step's activations: far less
+    counts[static_cast<size_t>(r)] = static_cast<int>(count);
+    offsets[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += count;
+  }
+  exchange_bytes_.resize(static_cast<size_t>(total));
+  MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, exchange_bytes_.data(),
+                 counts.data(), offsets.data(), MPI_BYTE, comm_of(handle_));
+  for (int r = 0; r < size_; ++r) {
+    receive(r, exchange_bytes_.data() + offsets[static_cast<size_t>(r)]);
   }
 }
 

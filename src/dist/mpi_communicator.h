@@ -31,6 +31,8 @@ class MpiCommunicator final : public Communicator {
                   float* recv) override;
   void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
                           std::span<const int> columns, float* recv, int64_t stride) override;
+  void all_gather_blocks(const void* send, std::span<const int64_t> bytes,
+                         BlockReceiver receive) override;
   void gather(const float* send, std::span<const int> counts, std::span<const int> offsets,
               float* recv, int root) override;
   void all_to_all(const float* send, std::span<const int> send_counts,
@@ -47,17 +49,20 @@ class MpiCommunicator final : public Communicator {
  private:
   // `handle` points to a heap MPI_Comm (opaque, so that this header needs no mpi.h).
   MpiCommunicator(void* handle, bool owned);
+  // Whether the all-gathers go through `shared_` (decided collectively at the first call).
+  bool use_shared_memory();
 
   void* handle_;
   bool owned_;  // freed with MPI_Comm_free (split results), not MPI_COMM_WORLD
   int rank_ = 0;
   int size_ = 1;
-  // all_gather_columns: through a shared-memory window when every rank is on this host (made
-  // at the first call, collectively; `shared_checked_` once decided), else rank-major through
-  // MPI into `exchange_`, then unpacked.
+  // all_gather_columns and all_gather_blocks: through a shared-memory window when every rank
+  // is on this host (made at the first call, collectively; `shared_checked_` once decided),
+  // else rank-major through MPI into `exchange_` / `exchange_bytes_`, then unpacked.
   std::unique_ptr<SharedMemoryExchange> shared_;
   bool shared_checked_ = false;
   std::vector<float> exchange_;
+  std::vector<std::byte> exchange_bytes_;
 };
 
 }  // namespace tachyon::dist

@@ -50,17 +50,18 @@ void SharedMemoryExchange::free_window() {
   capacity_ = 0;
 }
 
-void SharedMemoryExchange::reserve(int64_t floats_per_buffer) {
-  if (floats_per_buffer <= capacity_) return;
-  const int64_t capacity = (std::max(floats_per_buffer, 2 * capacity_) + 15) & ~int64_t{15};
+void SharedMemoryExchange::reserve(int64_t bytes_per_buffer) {
+  if (bytes_per_buffer <= capacity_) return;
+  // Whole cache lines, so that each buffer starts on one.
+  const int64_t capacity = (std::max(bytes_per_buffer, 2 * capacity_) + 63) & ~int64_t{63};
   free_window();
   // Each rank's slot on its own pages (memory local to the rank that writes it).
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  float* base = nullptr;
-  const auto bytes = static_cast<MPI_Aint>(2 * capacity * sizeof(float));
-  MPI_Win_allocate_shared(bytes, sizeof(float), info, node_, &base, &window_);
+  std::byte* base = nullptr;
+  const auto bytes = static_cast<MPI_Aint>(2 * capacity);
+  MPI_Win_allocate_shared(bytes, 1, info, node_, &base, &window_);
   MPI_Info_free(&info);
   slots_.assign(static_cast<size_t>(size_), nullptr);
   for (int r = 0; r < size_; ++r) {
@@ -73,27 +74,39 @@ void SharedMemoryExchange::reserve(int64_t floats_per_buffer) {
   capacity_ = capacity;
 }
 
+void SharedMemoryExchange::all_gather_blocks(const void* send, std::span<const int64_t> bytes,
+                                             Communicator::BlockReceiver receive) {
+  TACHYON_CHECK(static_cast<int>(bytes.size()) == size_);
+  reserve(*std::max_element(bytes.begin(), bytes.end()));
+  const int64_t buffer = next_buffer_ * capacity_;
+  next_buffer_ ^= 1;
+  const auto* own = static_cast<const std::byte*>(send);
+  std::memcpy(slots_[static_cast<size_t>(rank_)] + buffer, own,
+              static_cast<size_t>(bytes[static_cast<size_t>(rank_)]));
+  // Writes visible, every rank's block written, then reads (MPI's unified memory model).
+  MPI_Win_sync(window_);
+  MPI_Barrier(node_);
+  MPI_Win_sync(window_);
+  for (int r = 0; r < size_; ++r) {
+    receive(r, r == rank_ ? own : slots_[static_cast<size_t>(r)] + buffer);
+  }
+}
+
 void SharedMemoryExchange::all_gather_columns(const float* send, int64_t rows,
                                               std::span<const int> widths,
                                               std::span<const int> columns, float* recv,
                                               int64_t stride) {
   TACHYON_CHECK(static_cast<int>(widths.size()) == size_ &&
                 static_cast<int>(columns.size()) == size_);
-  const int widest = *std::max_element(widths.begin(), widths.end());
-  reserve(rows * widest);
-  const int64_t buffer = next_buffer_ * capacity_;
-  next_buffer_ ^= 1;
-  const int64_t mine = widths[static_cast<size_t>(rank_)];
-  std::memcpy(slots_[static_cast<size_t>(rank_)] + buffer, send, rows * mine * sizeof(float));
-  // Writes visible, every rank's block written, then reads (MPI's unified memory model).
-  MPI_Win_sync(window_);
-  MPI_Barrier(node_);
-  MPI_Win_sync(window_);
-  for (int r = 0; r < size_; ++r) {
-    const int64_t width = widths[static_cast<size_t>(r)];
-    const float* from = r == rank_ ? send : slots_[static_cast<size_t>(r)] + buffer;
-    copy_rows_strided(from, rows, width, recv + columns[static_cast<size_t>(r)], stride);
+  std::vector<int64_t> bytes(widths.size());
+  for (size_t r = 0; r < widths.size(); ++r) {
+    bytes[r] = rows * widths[r] * static_cast<int64_t>(sizeof(float));
   }
+  all_gather_blocks(send, bytes, [&](int rank, const std::byte* block) {
+    const auto r = static_cast<size_t>(rank);
+    copy_rows_strided(reinterpret_cast<const float*>(block), rows, widths[r], recv + columns[r],
+                      stride);
+  });
 }
 
 }  // namespace tachyon::dist

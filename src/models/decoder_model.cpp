@@ -249,6 +249,38 @@ void DecoderModel::gather_columns(const float* local, int num_tokens, const RowS
   shard_.tensor_group->all_gather_columns(local, num_tokens, widths, columns, out, split.total());
 }
 
+bool DecoderModel::gather_quantized_input(const kernels::MatmulProduct& product,
+                                          const float* local, const RowSplit& split,
+                                          int num_tokens, ThreadPool& pool) {
+  if (numerics_ != Numerics::kNative) return false;
+  if (ranks_quantize_input_ < 0) {
+    // The level is per process (ranks on different hosts may differ), and every rank must take
+    // the same path. Once: every rank's first call is this one.
+    float portable = kernels::active_kernel_level() == kernels::KernelLevel::kReference ? 1 : 0;
+    shard_.tensor_group->all_reduce_sum(&portable, 1);
+    ranks_quantize_input_ = portable == 0 ? 1 : 0;
+  }
+  if (ranks_quantize_input_ == 0) return false;
+  kernels::MatmulInput& input = workspace_.gathered_input;
+  input.prepare(kernels::active_kernel_level(), std::span(&product, 1), nullptr, num_tokens);
+  // From here on it depends only on the weight's type and the split: the same on every rank.
+  const int64_t unit = input.column_unit();
+  if (unit == 0) return false;
+  for (int p = 0; p < split.parts(); ++p) {
+    if (split.first(p) % unit != 0 || split.count(p) % unit != 0) return false;
+  }
+  std::vector<int64_t> bytes(static_cast<size_t>(split.parts()));
+  for (int p = 0; p < split.parts(); ++p) bytes[p] = input.block_bytes(split.count(p));
+  AlignedVector<std::byte>& block = workspace_.quantized_block;
+  block.resize(static_cast<size_t>(bytes[shard_.tp_rank]));
+  input.quantize_block(local, split.count(shard_.tp_rank), block.data(), pool);
+  shard_.tensor_group->all_gather_blocks(
+      block.data(), bytes, [&](int rank, const std::byte* received) {
+        input.place_block(received, split.count(rank), split.first(rank));
+      });
+  return true;
+}
+
 void DecoderModel::gather_columns_to_first(const float* local, int num_tokens,
                                            const RowSplit& split, float* out) {
   std::vector<int> counts, offsets;
@@ -924,9 +956,13 @@ void DecoderModel::project_to_hidden(const kernels::WeightMatrix& weight, const 
   Workspace& w = workspace_;
   if (shard_.tp_size > 1) {
     // Every rank's columns of the input, then this rank's rows of the product, then all rows.
-    gather_columns(local, num_tokens, split, w.gathered.data());
     const kernels::MatmulProduct product[] = {{&weight, w.partial.data()}};
-    multiply(product, w.gathered.data(), num_tokens, pool);
+    if (gather_quantized_input(product[0], local, split, num_tokens, pool)) {
+      kernels::matmul_many(product, w.gathered_input, pool);
+    } else {
+      gather_columns(local, num_tokens, split, w.gathered.data());
+      multiply(product, w.gathered.data(), num_tokens, pool);
+    }
     gather_columns(w.partial.data(), num_tokens, shard_.hidden_rows, w.projected.data());
   } else {
     const kernels::MatmulProduct product[] = {{&weight, w.projected.data()}};

@@ -44,6 +44,19 @@ namespace {
 // (16 rows) never straddle two ranks, so each row is computed as in one process.
 constexpr int64_t kRowUnit = 16;
 
+// FFN rows in whole blocks of the down projection's 8-bit input where the sizes allow (256
+// values for K-quants, 32 otherwise), so that each rank quantizes its own columns of that input
+// and the ranks exchange them 8-bit (DecoderModel::gather_quantized_input); 256-row units only
+// where that still leaves each rank several to balance with.
+int64_t ffn_row_unit(const ModelConfig& config, int tp_size) {
+  constexpr int64_t kKQuantBlock = 256;
+  constexpr int64_t kQuantBlock = 32;
+  if (config.ffn_size % kKQuantBlock == 0 && config.ffn_size / kKQuantBlock >= 4 * tp_size) {
+    return kKQuantBlock;
+  }
+  return kQuantBlock;
+}
+
 // The weights layer `layer` reads per token, as a count of parameters (the routed experts'
 // chosen share): what a pipeline stage's time and memory grow with.
 double layer_parameters(const ModelConfig& config, int layer) {
@@ -184,7 +197,8 @@ Result<ModelShard> ModelShard::plan(const ModelConfig& config, int tp_size, int 
         attention_rows * hidden + static_cast<double>(shard.hidden_rows.count(r)) *
                                       (static_cast<double>(config.q_size()) + config.ffn_size);
   }
-  shard.ffn_rows = RowSplit::balanced(config.ffn_size, tp_size, kRowUnit, fixed, 2 * hidden);
+  shard.ffn_rows = RowSplit::balanced(config.ffn_size, tp_size, ffn_row_unit(config, tp_size),
+                                      fixed, 2 * hidden);
   shard.vocab_rows = RowSplit::even(config.vocab_size, tp_size, kRowUnit);
   shard.experts = RowSplit::even(std::max(config.moe.num_experts, 0), tp_size, 1);
   if (config.moe.enabled()) {

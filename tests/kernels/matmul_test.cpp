@@ -774,6 +774,62 @@ TEST(MatmulInputTest, RowByRowQuantizationGivesTheSameProducts) {
   EXPECT_FALSE(input.serves(narrower));
 }
 
+// Tensor parallelism: an input assembled from column blocks that were quantized apart (as TP
+// ranks quantize their own columns) gives the same products as quantizing whole rows, for the
+// 32-value and the 256-value formats, at every SIMD level; a product that reads f32 rows (or
+// the reference level's oracle) cannot be assembled so.
+TEST(MatmulInputTest, ColumnBlocksQuantizedApartGiveTheSameProducts) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const int64_t cols = 1024;
+  for (DType type : {DType::kQ4_1, DType::kQ6_K}) {
+    std::vector<uint8_t> storage = random_weights(type, 32, cols, rng);
+    const WeightMatrix weight{type, storage.data(), 32, cols};
+    const int64_t unit = type == DType::kQ6_K ? 256 : 32;
+    // Uneven blocks, each a whole number of the format's blocks, placed in no particular order.
+    const std::vector<int64_t> firsts = {0, unit, 3 * unit};
+    for (KernelLevel level : simd_levels()) {
+      for (int64_t tokens : {1, 40}) {
+        const std::vector<float> x = random_activations(tokens, cols, rng);
+        std::vector<float> whole(static_cast<size_t>(tokens * 32), NAN);
+        matmul_at_level(level, weight, x.data(), tokens, whole.data(), pool);
+
+        std::vector<float> assembled(whole.size(), NAN);
+        const MatmulProduct product[] = {{&weight, assembled.data()}};
+        MatmulInput input;
+        input.prepare(level, product, nullptr, tokens);
+        ASSERT_EQ(input.column_unit(), unit) << dtype_name(type);
+        for (size_t b = firsts.size(); b-- > 0;) {
+          const int64_t first = firsts[b];
+          const int64_t width = (b + 1 < firsts.size() ? firsts[b + 1] : cols) - first;
+          std::vector<float> columns(static_cast<size_t>(tokens * width));
+          for (int64_t t = 0; t < tokens; ++t) {
+            std::memcpy(columns.data() + t * width, x.data() + t * cols + first,
+                        static_cast<size_t>(width) * sizeof(float));
+          }
+          std::vector<std::byte> block(static_cast<size_t>(input.block_bytes(width)));
+          input.quantize_block(columns.data(), width, block.data(), pool);
+          input.place_block(block.data(), width, first);
+        }
+        matmul_many(product, input, pool);
+        EXPECT_EQ(0, std::memcmp(whole.data(), assembled.data(), whole.size() * sizeof(float)))
+            << dtype_name(type) << " level " << kernel_level_name(level) << " tokens " << tokens;
+      }
+    }
+    MatmulInput oracle;
+    const MatmulProduct product[] = {{&weight, nullptr}};
+    oracle.prepare(KernelLevel::kReference, product, nullptr, 1);
+    EXPECT_EQ(oracle.column_unit(), 0);
+  }
+  if (simd_levels().empty()) return;
+  std::vector<uint8_t> storage = random_weights(DType::kBF16, 16, cols, rng);
+  const WeightMatrix bf16{DType::kBF16, storage.data(), 16, cols};
+  const MatmulProduct product[] = {{&bf16, nullptr}};
+  MatmulInput input;
+  input.prepare(simd_levels().back(), product, nullptr, 1);
+  EXPECT_EQ(input.column_unit(), 0);
+}
+
 // The epilogue sees each thread's finished rows once: disjoint ranges starting at multiples of
 // 16 that cover every row, the products' values already final there (at every level,
 // including the reference, which calls it once for all rows).

@@ -8,6 +8,7 @@
 // threads) of its own to quantize them. The bits are the same as when matmul_many quantizes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -34,6 +35,21 @@ class MatmulInput {
   // Every row, on all of pool's threads when there are enough of them to share.
   void quantize_all(ThreadPool& pool);
 
+  // Tensor parallelism: the quantized forms assembled from column blocks that processes
+  // quantized apart, each its own columns, so that no process quantizes the others' values and
+  // the exchange moves 8-bit values instead of f32 ones. The bits are the same as quantize_rows
+  // over the whole rows, since every quantization block lies within one column block: blocks
+  // start only at multiples of column_unit(), which is 0 when a product reads the f32 rows
+  // (then x must be the whole rows, quantized as above). x may be nullptr otherwise.
+  int64_t column_unit() const;
+  // The bytes of a `width`-column block of num_tokens() rows in the formats the products take.
+  int64_t block_bytes(int64_t width) const;
+  // x (f32 [num_tokens(), width], a block of the columns) quantized into `block`
+  // (block_bytes(width) bytes, laid out by this class), on the pool's threads.
+  void quantize_block(const float* x, int64_t width, std::byte* block, ThreadPool& pool) const;
+  // A block from quantize_block (any process's) copied in as columns [column, column + width).
+  void place_block(const std::byte* block, int64_t width, int64_t column);
+
   // True when w's kernels can read this input: prepared at this width for w's format.
   bool serves(const WeightMatrix& w) const;
 
@@ -56,6 +72,7 @@ class MatmulInput {
   int64_t cols_ = 0;
   bool takes_q8_ = false;
   bool takes_q8_k_ = false;
+  bool takes_float_ = false;  // some product reads x itself (or the reference level's oracle)
   reference::Q8Activations q8_;
   reference::Q8KActivations q8_k_;
   // Storage behind q8_ and q8_k_.
