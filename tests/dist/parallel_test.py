@@ -102,6 +102,28 @@ def check_perplexity(tachyon: str, name: str, model: str | None, text: str,
             rank_weights[(name, tp, pp)] = weights
 
 
+def check_quantized_exchange(tachyon: str, tiny: Path, text: str) -> None:
+    """TP ranks quantize their own columns of the output projection's and FFN down's input and
+    exchange the 8-bit blocks (each quantization block within one rank's columns): the same
+    perplexity as one process on a Q8_0 model. With one rank at the portable level (its f32
+    oracle reads f32 input), the ranks agree on exchanging f32 rows instead: no hang, and the
+    same perplexity again (the kernels' levels give the same bits)."""
+    model = str(tiny / "llama_gqa.q8_0.gguf")
+    alone, _ = perplexity(tachyon, model, text, None)
+    value, _ = perplexity(tachyon, model, text, (2, 1))
+    check("llama_gqa Q8_0 --tp 2 (8-bit exchange): the same perplexity to the last digit",
+          value == alone, f"{value!r} vs {alone!r}")
+    argv = [tachyon, "perplexity", "-m", model, "-f", text, "--ctx", "64", "--max-tokens", "1024",
+            "-t", "1", "--json", "--tp", "2"]
+    mixed = run(["mpirun", "--oversubscribe", "--bind-to", "none",
+                 "-np", "1", "env", "TACHYON_CPU_LEVEL=portable", *argv, ":", "-np", "1", *argv],
+                timeout=120)
+    lines = [l for l in mixed.stdout.splitlines() if l.startswith("{")]
+    check("llama_gqa Q8_0 --tp 2, rank 0 at the portable level: finished, the same perplexity",
+          mixed.returncode == 0 and lines and json.loads(lines[-1])["perplexity"] == alone,
+          f"exit {mixed.returncode}: {mixed.stdout[-300:]} {mixed.stderr[-1500:]}")
+
+
 def check_expert_placement(tachyon: str, tiny: Path, text: str) -> None:
     """--expert-placement with the load `tachyon bench --json` measured: experts placed by it,
     the hottest copied to another rank with --expert-replicas (their tokens split between the
@@ -593,6 +615,7 @@ def main() -> int:
     # sharing 2 cores, every 512 tokens more cost ~1.4 s per layout).
     section("default model", check_perplexity, args.tachyon, "default model", None, text.name,
             layouts, 512)
+    section("quantized exchange", check_quantized_exchange, args.tachyon, tiny, text.name)
     section("expert placement", check_expert_placement, args.tachyon, tiny, text.name)
     section("expert exchange", check_expert_exchange, args.tachyon, tiny, text.name)
     section("MLA attention paths", check_mla_attention, args.tachyon, tiny, text.name)
