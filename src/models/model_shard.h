@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -34,11 +33,6 @@ struct RowSplit {
   // `total` rows in `parts` ranges as even as whole `unit`s allow (smaller units, down to
   // single rows, when total is no multiple of it or has fewer units than parts).
   static RowSplit even(int64_t total, int parts, int64_t unit);
-  // `total` rows in `parts` ranges (whole `unit`s as `even` takes them, at least one per part)
-  // such that each part's `fixed[part]` cost plus `per_row` per row it gets is as even as
-  // whole units allow: rows that make up for another split's unevenness.
-  static RowSplit balanced(int64_t total, int parts, int64_t unit, std::span<const double> fixed,
-                           double per_row);
 };
 
 // How expert-parallel ranks exchange the routed experts' output rows; every choice gives the
@@ -62,8 +56,8 @@ struct ModelShard {
   RowSplit heads;        // of config.num_heads
   bool latent_cache = false;  // MLA: every TP rank computes and caches the whole latent
   RowSplit hidden_rows;  // of the attention output's and the FFN down's hidden_size rows
-  RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size): balanced against the
-                         // attention's rows when KV heads do not divide evenly
+  RowSplit ffn_rows;     // of the FFN's gate and up rows (ffn_size), in whole blocks of the
+                         // down projection's 8-bit input
   RowSplit vocab_rows;   // of the embedding's and the output's rows
   // Expert parallelism: each TP rank holds whole routed experts of every MoE layer (the router
   // and shared experts are on every rank): `expert_placement` says which (MoE models only; by
