@@ -210,6 +210,15 @@ def interpolate_us(collectives: list[dict], ranks: int, key: str, size: float) -
     return t1 * size / b1
 
 
+def tp_gathers(m: dict) -> list[tuple[int, float]]:
+    """A TP layer's four all-gathers as (values per token, bytes per value): the attention
+    heads' output and the FFN's activations as the products after them read them (8-bit blocks
+    on quantized weights: `tp_input_bytes_per_value`; f32 in files measured before that), the
+    hidden rows as f32."""
+    quantized = m.get("tp_input_bytes_per_value", 4)
+    return [(m["q_size"], quantized), (m["hidden"], 4), (m["ffn"], quantized), (m["hidden"], 4)]
+
+
 def validate(path: str) -> None:
     """Predicted vs measured for the default model on this machine (`path`: bench/dist/
     measured_*.json). Inputs are one-process measurements only: the step time of one thread
@@ -229,8 +238,8 @@ def validate(path: str) -> None:
         # layer four all-gathers (attention heads, hidden, FFN, hidden), the embedding's
         # all-reduce and the logits' gather (the leader's rows: tokens x vocab / 2).
         share = max(m["rank_weight_mib"]["tp2"]) / whole
-        gathers = m["layers"] * sum(interpolate_us(coll, 2, "all_gather_us", tokens * n * 4)
-                                    for n in (m["q_size"], m["hidden"], m["ffn"], m["hidden"]))
+        gathers = m["layers"] * sum(interpolate_us(coll, 2, "all_gather_us", tokens * n * size)
+                                    for n, size in tp_gathers(m))
         extra = interpolate_us(coll, 2, "all_reduce_us", tokens * m["hidden"] * 4) + \
             interpolate_us(coll, 2, "all_gather_us", m["vocab"] * 2)  # one token's logits
         tp = t1_s * share / busy + (gathers + extra) * 1e-6

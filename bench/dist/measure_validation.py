@@ -71,6 +71,10 @@ def main() -> int:
     stages = {int(m[0]): int(m[2]) - int(m[1]) + 1 for m in
               re.findall(r"stage (\d+) of 2 \(layers (\d+)-(\d+)\)", pp_log[0])}
     model["pp2_stage_layers"] = [stages[0], stages[1]]
+    # TP's all-gathers of the output projection's and the FFN down's input carry 8-bit blocks
+    # (int8 values plus an f32 scale and sum per 32: 1.25 bytes a value) on the default model's
+    # Q4_1 weights; the hidden rows go as f32.
+    model["tp_input_bytes_per_value"] = 1.25
     ttft = run([sys.executable, str(ROOT / "bench/dist/serve_ttft.py"), "--tachyon",
                 args.tachyon])
     result["serve_ttft"] = json.loads(ttft)

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests/dist"))
 from parallel_test import MPI_ENV  # noqa: E402
-from scale_model import Link, collective_s, pipeline_pass_s  # noqa: E402
+from scale_model import Link, collective_s, pipeline_pass_s, tp_gathers  # noqa: E402
 
 BRIDGE = "tachyon-br0"
 NAMESPACES = ("tachyon-h1", "tachyon-h2")
@@ -123,8 +123,8 @@ def predict(measured: dict, link: Link) -> dict:
         t1_s = tokens / one["t1"][test]
         busy = one["t2"][test] / (2 * one["t1"][test])
         share = max(m["rank_weight_mib"]["tp2"]) / m["rank_weight_mib"]["whole"]
-        gathers = m["layers"] * sum(collective_s(2, tokens * n * 4, link)
-                                    for n in (m["q_size"], m["hidden"], m["ffn"], m["hidden"]))
+        gathers = m["layers"] * sum(collective_s(2, tokens * n * size, link)
+                                    for n, size in tp_gathers(m))
         # The embedding's all-reduce (tokens x hidden f32) and one token's logits gathered
         # to rank 0 (its half of the vocabulary's f32 rows from the other rank).
         extra = 2 * collective_s(2, tokens * m["hidden"] * 4, link) + \

@@ -8,8 +8,8 @@ same digits are asserted too), greedy continuations of 20 prompts through `serve
 official openai client (concurrent, some streamed) the same as one process's, each rank's
 resident weights about 1/N of the model's, clear errors for impossible splits, a rank killed
 mid-request ending the job within seconds (the client sees a 503 or an SSE error event, nothing
-hangs), SIGTERM to mpirun doing the same, and the TCP transport (`--mca btl tcp,self`) giving
-the same numbers.
+hangs), SIGTERM to mpirun doing the same, and the transport forced to TCP (`--mca btl
+tcp,self`) passing the same checks (perplexity in every layout, serving, a rank killed).
 
     parallel_test.py --tachyon build/tachyon --tiny-models build/tests/models/tiny_models
 """
@@ -41,6 +41,8 @@ CORPUS = ROOT.parent / "shared" / "data" / "corpus"
 # --oversubscribe; the vader transport's single-copy mode needs ptrace rights containers lack.
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+# The transport forced to TCP, as `mpirun --mca btl tcp,self` does (the ranks see it so too).
+TCP_ENV = {"OMPI_MCA_btl": "tcp,self"}
 
 
 def mpirun(ranks: int, argv: list[str], extra: list[str] | tuple = ()) -> list[str]:
@@ -122,6 +124,25 @@ def check_quantized_exchange(tachyon: str, tiny: Path, text: str) -> None:
     check("llama_gqa Q8_0 --tp 2, rank 0 at the portable level: finished, the same perplexity",
           mixed.returncode == 0 and lines and json.loads(lines[-1])["perplexity"] == alone,
           f"exit {mixed.returncode}: {mixed.stdout[-300:]} {mixed.stderr[-1500:]}")
+
+
+def check_tcp(tachyon: str, tiny: Path, text: str, layouts: list[tuple[int, int]]) -> None:
+    """The MPI transport forced to TCP (`--mca btl tcp,self`: no shared memory, so every
+    exchange goes through MPI's own collectives rather than the shared-memory window) passes the
+    same checks: perplexity to the last digit on a tiny f32 model, an MoE model and the default
+    model (8-bit exchange) in every layout, greedy continuations through `serve`, and a rank
+    killed mid-request (the rank-killed section below runs it over TCP too)."""
+    tcp = ["--mca", "btl", "tcp,self"]
+    for name, model, cases in (("llama_gqa", str(tiny / "llama_gqa.f32.gguf"), [(2, 1)]),
+                               ("deepseek_v3_groups", str(tiny / "deepseek_v3_groups.f32.gguf"),
+                                layouts),
+                               ("default model", None, layouts)):
+        alone, _ = perplexity(tachyon, model, text, None, tokens=512)
+        for tp, pp in cases:
+            value, _ = perplexity(tachyon, model, text, (tp, pp), tcp, tokens=512)
+            check(f"{name} --tp {tp} --pp {pp} over TCP (--mca btl tcp,self): the same "
+                  f"perplexity to the last digit", value == alone, f"{value!r} vs {alone!r}")
+    check_serving(tachyon, [(2, 1), (2, 2)], TCP_ENV)
 
 
 def check_expert_placement(tachyon: str, tiny: Path, text: str) -> None:
@@ -237,9 +258,10 @@ class MpiServer(TachyonServer):
     """`mpirun -np tp*pp tachyon serve ... --tp T --pp P`; stopped through rank 0 (SIGTERM to
     the leader drains it, then the followers stop with it)."""
 
-    def __init__(self, tachyon: str, model: str | None, tp: int, pp: int, args=(), **kwargs):
+    def __init__(self, tachyon: str, model: str | None, tp: int, pp: int, args=(),
+                 transport_env: dict[str, str] | None = None, **kwargs):
         super().__init__(tachyon, model, [*args, "--tp", str(tp), "--pp", str(pp)],
-                         env=MPI_ENV, **kwargs)
+                         env={**MPI_ENV, **(transport_env or {})}, **kwargs)
         self.ranks = tp * pp
 
     def command(self) -> list[str]:
@@ -305,15 +327,18 @@ def completions(server: TachyonServer, prompts: list[str]) -> list[str]:
         return list(pool.map(one, range(len(prompts))))
 
 
-def check_serving(tachyon: str, layouts: list[tuple[int, int]]) -> None:
+def check_serving(tachyon: str, layouts: list[tuple[int, int]],
+                  transport_env: dict[str, str] | None = None) -> None:
     args = ["-t", "1", "-c", "1024", "--model-alias", "m"]
     with TachyonServer(tachyon, None, args) as server:
         alone = completions(server, PROMPTS)
+    over = " over TCP" if transport_env else ""
     for tp, pp in layouts:
-        with MpiServer(tachyon, None, tp, pp, args, startup_timeout=300) as server:
+        with MpiServer(tachyon, None, tp, pp, args, transport_env=transport_env,
+                       startup_timeout=300) as server:
             split = completions(server, PROMPTS)
         same = sum(a == b for a, b in zip(alone, split))
-        check(f"serve --tp {tp} --pp {pp}: greedy continuations identical on {same}/20 prompts "
+        check(f"serve --tp {tp} --pp {pp}{over}: greedy continuations identical on {same}/20 prompts "
               f"(at least 19; exact splits: all)", same == len(PROMPTS),
               [(a, b) for a, b in zip(alone, split) if a != b][:3])
 
@@ -508,12 +533,13 @@ def check_rebalance(tachyon: str, model: str, tp: int, pp: int) -> None:
               status == 400 and "--tp" in error.get("error", {}).get("message", ""), error)
 
 
-def check_rank_killed(tachyon: str) -> None:
+def check_rank_killed(tachyon: str, transport_env: dict[str, str] | None = None) -> None:
     """A rank killed mid-request: mpirun signals the others, and the leader ends its running
     requests at once, a stream with an error event (no [DONE]), a plain request with a 503."""
     import openai
     server = MpiServer(tachyon, None, 2, 1, ["-t", "1", "-c", "2048", "--model-alias", "m"],
-                       startup_timeout=300, check_exit=False)
+                       transport_env=transport_env, startup_timeout=300, check_exit=False)
+    over = " (over TCP)" if transport_env else ""
     with server:
         client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
         messages = [{"role": "user", "content": "Tell a very long story."}]
@@ -537,7 +563,7 @@ def check_rank_killed(tachyon: str) -> None:
                     plain.start()
                 if count == 6:
                     follower = server.rank_pids().get(1)
-                    check("the follower rank's process was found", follower is not None,
+                    check(f"the follower rank's process was found{over}", follower is not None,
                           server.rank_pids())
                     os.kill(follower, signal.SIGKILL)
                     killed_at = time.monotonic()
@@ -545,19 +571,20 @@ def check_rank_killed(tachyon: str) -> None:
             error = caught
         plain.join(timeout=60)
         info(f"the stream's client saw {type(error).__name__}: {error}")
-        check("a rank killed mid-request: the stream ends with the server's error event",
+        check(f"a rank killed mid-request: the stream ends with the server's error event{over}",
               isinstance(error, openai.APIError) and "is ending" in str(error), repr(error))
         info(f"the plain request's client saw {plain_error!r}")
-        check("a rank killed mid-request: a plain request in flight gets a 503",
+        check(f"a rank killed mid-request: a plain request in flight gets a 503{over}",
               len(plain_error) == 1 and getattr(plain_error[0], "status_code", None) == 503,
               plain_error)
         deadline = time.monotonic() + 30
         while server.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         ended = server.process.poll() is not None
-        check(f"the job ended within seconds of the kill "
+        check(f"the job ended within seconds of the kill{over} "
               f"({time.monotonic() - (killed_at or time.monotonic()):.1f} s)", ended)
-        check("mpirun reports the failure (non-zero exit)", ended and server.process.returncode != 0,
+        check(f"mpirun reports the failure (non-zero exit){over}",
+              ended and server.process.returncode != 0,
               server.process.returncode)
 
 
@@ -620,11 +647,7 @@ def main() -> int:
     section("expert exchange", check_expert_exchange, args.tachyon, tiny, text.name)
     section("MLA attention paths", check_mla_attention, args.tachyon, tiny, text.name)
     section("memory", check_memory)
-    section("tcp", lambda: check("TCP transport (--mca btl tcp,self): the same perplexity",
-                                 perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
-                                            text.name, (2, 1), ["--mca", "btl", "tcp,self"])[0]
-                                 == perplexity(args.tachyon, str(tiny / "llama_gqa.f32.gguf"),
-                                               text.name, None)[0]))
+    section("tcp", check_tcp, args.tachyon, tiny, text.name, layouts)
     section("serving", check_serving, args.tachyon, layouts)
     section("serving MLA", check_serving_tiny, args.tachyon,
             str(tiny / "deepseek_v3_groups.f32.gguf"), 2, 2)
@@ -644,6 +667,7 @@ def main() -> int:
     section("rebalance, 2 stages", check_rebalance, args.tachyon,
             str(tiny / "qwen3_moe_tiny.f32.gguf"), 2, 2)
     section("rank killed", check_rank_killed, args.tachyon)
+    section("rank killed, over TCP", check_rank_killed, args.tachyon, TCP_ENV)
     section("mpirun stopped", check_mpirun_stopped, args.tachyon)
     os.unlink(text.name)
     return exit_status()
