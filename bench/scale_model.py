@@ -96,6 +96,10 @@ def all_to_all_s(ranks: int, received_bytes: float, link: Link) -> float:
     return math.log2(ranks) * link.latency_us * 1e-6 + received_bytes / link.bytes_per_s
 
 
+# An 8-bit block of 256 values as the K-quant products read it (int8 values, an f32 scale, an
+# int16 sum per 16): what TP ranks exchange for the products after attention on Q4_K weights.
+Q8_K_BYTES_PER_VALUE = 1 + 4 / 256 + 2 / 16
+
 # tachyon's --expert-exchange auto: the all-to-all when it saves each rank this many bytes.
 ALL_TO_ALL_MIN_SAVED_BYTES = 256 * 1024
 
@@ -119,8 +123,10 @@ def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1, built: bool
     """Kimi-K2 over `nodes` ranks: attention and shared expert split by heads/rows (TP), routed
     experts split by expert (EP, each token's rows sent to the ranks of its 8 experts and the
     results combined: all-to-all), `tokens` sequences decoding together, bf16 on the wire.
-    `built`: the exchanges as tachyon makes them today (f32 rows, every rank has every token;
-    the experts' rows exchanged by built_expert_exchange_s and summed in id order: exact)."""
+    `built`: the exchanges as tachyon makes them today (every rank has every token; the heads'
+    outputs as 8-bit blocks where each rank's heads fill whole 256-value blocks, else f32; the
+    other rows f32; the experts' rows exchanged by built_expert_exchange_s and summed in id
+    order: exact)."""
     s = KIMI_K2
     b = s.bytes_per_param
     per_layer_s = 0.0
@@ -141,7 +147,11 @@ def kimi_decode(nodes: int, node: Node, link: Link, tokens: int = 1, built: bool
         per_layer_s += (attention + ffn) / (node.memory_gbs * 1e9)
         # Attention: gather the heads' outputs and the projection's rows.
         wire = 4 if built else 2
-        comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * wire, link)
+        heads_wire = 2
+        if built:
+            rank_width = s.heads // nodes * s.head_dim
+            heads_wire = Q8_K_BYTES_PER_VALUE if rank_width % 256 == 0 else 4
+        comm_s += collective_s(nodes, tokens * s.heads * s.head_dim * heads_wire, link)
         comm_s += collective_s(nodes, tokens * s.hidden * wire, link)
         if moe and built:
             comm_s += built_expert_exchange_s(nodes, tokens, link)
