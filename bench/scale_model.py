@@ -269,9 +269,42 @@ def validate(path: str) -> None:
     for test, tp_p, tp_m, pp_p, pp_m, base in rows:
         print(f"| {test} | {tp_p:.0f} | {tp_m:.0f} ({tp_m / tp_p - 1:+.0%}) | {pp_p:.0f} | "
               f"{pp_m:.0f} ({pp_m / pp_p - 1:+.0%}) | {base:.0f} |")
+    if "tp2pp2" in data["measured"]:
+        validate_four_ranks(data)
     if "serve_ttft" in data:
         hop_us = interpolate_us(coll, 2, "send_us", 64 * m["hidden"] * 4)  # a micro-batch's
         validate_ttft(data["serve_ttft"], one, rows[1][1], m["pp2_stage_layers"], hop_us)
+
+
+def validate_four_ranks(data: dict) -> None:
+    """TP=2 x PP=2 (4 ranks): two pipeline stages (validate()'s stage split), each a TP pair.
+    The pass is the pipeline's (pipeline_pass_s) with each stage's pair at TP's speed, but no
+    faster than the machine's cores get through every rank's work (`cores` ranks run at once:
+    on 2 cores a prompt's overlapping stages share them); plus each layer's four all-gathers
+    within its pair, the residual's hops between the stages and the logits' trip to the
+    leader."""
+    m = data["model"]
+    one = data["one_process"]
+    coll = data["collectives"]
+    cores = data.get("cores", 2)
+    print("\nTP=2 x PP=2 (4 ranks, one thread each, on "
+          f"{cores} cores; stages of {m['pp2_stage_layers'][0]} and {m['pp2_stage_layers'][1]} "
+          "layers)")
+    print("| test | predicted | measured | one process, 2 threads |")
+    print("|---|---|---|---|")
+    for test, tokens in (("tg128", 1), ("pp512", 512)):
+        busy = one["t2"][test] / (2 * one["t1"][test])
+        pair_rate = 2 * busy * one["t1"][test]  # a TP pair over the whole model
+        pipeline, pieces = pipeline_pass_s(tokens, pair_rate, m["pp2_stage_layers"])
+        every_rank = tokens / one["t1"][test] / busy / min(cores, 4)
+        gathers = m["layers"] * sum(interpolate_us(coll, 2, "all_gather_us", tokens * n * size)
+                                    for n, size in tp_gathers(m))
+        hops = pieces * interpolate_us(coll, 2, "send_us", tokens / pieces * m["hidden"] * 4) + \
+            interpolate_us(coll, 2, "send_us", m["vocab"] * 4)
+        predicted = tokens / (max(pipeline, every_rank) + (gathers + hops) * 1e-6)
+        measured = data["measured"]["tp2pp2"][test]
+        print(f"| {test} | {predicted:.0f} | {measured:.0f} ({measured / predicted - 1:+.0%}) | "
+              f"{one['t2'][test]:.0f} |")
 
 
 def pipeline_pass_s(tokens: int, t1_rate: float, stage_layers: list[int]) -> tuple[float, int]:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Measures what `bench/scale_model.py validate` needs on this machine (issue 28), into one JSON
 file like bench/dist/measured_zen3.json: the collectives' times against size (2 ranks), the
-default model's pp512 / tg128 / batched16 in one process at 1 and 2 threads and over 2 ranks
-(--tp 2, --pp 2, one thread each), and the time to first token through `serve` in those layouts
+default model's pp512 / tg128 / batched16 in one process at 1 and 2 threads, over 2 ranks
+(--tp 2, --pp 2, one thread each) and over 4 (--tp 2 --pp 2), and the time to first token through `serve` in those layouts
 (bench/dist/serve_ttft.py). Run it on a quiet machine; it takes about ten minutes.
 
     .venv/bin/python bench/dist/measure_validation.py --machine "Intel Xeon (...), 2 vCPUs" \\
@@ -36,11 +36,11 @@ def run(argv: list[str], stderr: list[str] | None = None) -> str:
 
 
 def bench(tachyon: str, threads: int, split: list[str] | None = None,
-          stderr: list[str] | None = None) -> dict[str, float]:
+          stderr: list[str] | None = None, ranks: int = 2) -> dict[str, float]:
     argv = [tachyon, "bench", "-p", "512", "-n", "128", "-r", "3", "--parallel", "16",
             "-t", str(threads), "--json"]
     if split:
-        argv = mpirun(2, argv + split)
+        argv = mpirun(ranks, argv + split)
     rows = json.loads(run(argv, stderr).strip().splitlines()[-1])
     return {row["test"]: round(row["tokens_per_second"], 2) for row in rows
             if row.get("test") in TESTS}
@@ -59,18 +59,27 @@ def main() -> int:
                                   "--max-bytes", "4194304"])).splitlines()
                    if line.startswith("{")]
     pp_log: list[str] = []
+    four_log: list[str] = []
     result = {
         "machine": args.machine,
+        "cores": os.cpu_count(),
         "model": model,
         "one_process": {"t1": bench(args.tachyon, 1), "t2": bench(args.tachyon, 2)},
         "measured": {"tp2": bench(args.tachyon, 1, ["--tp", "2"]),
-                     "pp2": bench(args.tachyon, 1, ["--pp", "2"], pp_log)},
+                     "pp2": bench(args.tachyon, 1, ["--pp", "2"], pp_log),
+                     # 4 ranks: on a 2-core machine, 2 ranks per core.
+                     "tp2pp2": bench(args.tachyon, 1, ["--tp", "2", "--pp", "2"], four_log, 4)},
         "collectives": collectives,
     }
     # Each stage's layers, as the ranks log them ("stage 0 of 2 (layers 0-21)").
     stages = {int(m[0]): int(m[2]) - int(m[1]) + 1 for m in
               re.findall(r"stage (\d+) of 2 \(layers (\d+)-(\d+)\)", pp_log[0])}
     model["pp2_stage_layers"] = [stages[0], stages[1]]
+    # Each rank's weights under TP=2 x PP=2 ("rank R: ...; X MiB of weights resident").
+    model["rank_weight_mib"]["tp2pp2"] = [
+        float(mib) for _, mib in sorted(
+            (int(rank), mib) for rank, mib in
+            re.findall(r"rank (\d+): .*?; ([0-9.]+) MiB of weights resident", four_log[0]))]
     # TP's all-gathers of the output projection's and the FFN down's input carry 8-bit blocks
     # (int8 values plus an f32 scale and sum per 32: 1.25 bytes a value) on the default model's
     # Q4_1 weights; the hidden rows go as f32.
