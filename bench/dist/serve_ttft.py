@@ -8,7 +8,9 @@ streamed, `max_tokens` 1, and reports the median time from sending a request to 
 streamed token. `bench/scale_model.py validate` compares it with the scale model's prediction.
 
     .venv/bin/python bench/dist/serve_ttft.py [--tachyon build/tachyon] [-m MODEL] \\
-        [--prompt-tokens 512] [--requests 8] [--json OUT]
+        [--prompt-tokens 512] [--requests 8] [--json OUT] [--four-ranks]
+
+`--four-ranks` adds `mpirun -np 4 ... --tp 2 --pp 2`.
 """
 from __future__ import annotations
 
@@ -72,6 +74,8 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--four-ranks", action="store_true",
+                        help="also TP=2 x PP=2 (4 ranks, 2 per core on a 2-core machine)")
     args = parser.parse_args()
     common = ["--model-alias", "m", "-c", str(args.prompt_tokens + 64)]
     # The engine's default step size: a prompt runs in steps of this many tokens.
@@ -80,7 +84,10 @@ def main() -> int:
     with TachyonServer(args.tachyon, args.model, ["-t", "2", *common],
                        startup_timeout=600) as server:
         result["one_t2"] = measure(server, args.requests, args.prompt_tokens)
-    for name, tp, pp in (("tp2", 2, 1), ("pp2", 1, 2)):
+    layouts = [("tp2", 2, 1), ("pp2", 1, 2)]
+    if args.four_ranks:
+        layouts.append(("tp2pp2", 2, 2))
+    for name, tp, pp in layouts:
         with MpiServer(args.tachyon, args.model, tp, pp, ["-t", "1", *common],
                        startup_timeout=600) as server:
             result[name] = measure(server, args.requests, args.prompt_tokens)
