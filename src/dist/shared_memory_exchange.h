@@ -53,6 +53,7 @@ class SharedMemoryExchange {
   std::vector<std::byte*> slots_;
   int64_t capacity_ = 0;
   int next_buffer_ = 0;
+  std::vector<int64_t> column_bytes_;  // all_gather_columns: each rank's block (reused)
 };
 
 }  // namespace tachyon::dist

@@ -269,7 +269,8 @@ bool DecoderModel::gather_quantized_input(const kernels::MatmulProduct& product,
   for (int p = 0; p < split.parts(); ++p) {
     if (split.first(p) % unit != 0 || split.count(p) % unit != 0) return false;
   }
-  std::vector<int64_t> bytes(static_cast<size_t>(split.parts()));
+  std::vector<int64_t>& bytes = workspace_.block_bytes;
+  bytes.resize(static_cast<size_t>(split.parts()));
   for (int p = 0; p < split.parts(); ++p) bytes[p] = input.block_bytes(split.count(p));
   AlignedVector<std::byte>& block = workspace_.quantized_block;
   block.resize(static_cast<size_t>(bytes[shard_.tp_rank]));

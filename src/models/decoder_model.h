@@ -242,6 +242,7 @@ class DecoderModel {
     // rank's columns of it quantized (MatmulInput's block layout).
     kernels::MatmulInput gathered_input;
     AlignedVector<std::byte> quantized_block;
+    std::vector<int64_t> block_bytes;  // [TP ranks] each rank's block
     // MLA (latent_attention_block).
     AlignedVector<float> query_a;       // f32 [tokens, q_lora_rank], normalised in place
     AlignedVector<float> query_heads;   // f32 [tokens, heads * qk_head_dim]

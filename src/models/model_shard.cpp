@@ -22,17 +22,18 @@ namespace {
 // (16 rows) never straddle two ranks, so each row is computed as in one process.
 constexpr int64_t kRowUnit = 16;
 
-// FFN rows in whole blocks of the down projection's 8-bit input where the sizes allow (256
-// values for K-quants, 32 otherwise), so that each rank quantizes its own columns of that input
-// and the ranks exchange them 8-bit (DecoderModel::gather_quantized_input); 256-row units only
-// where a split in them stays within a few percent of even.
+// FFN rows in whole blocks of the down projection's 8-bit input (256 values for K-quants, 32
+// otherwise), so that each rank quantizes its own columns of that input and the ranks exchange
+// them 8-bit (DecoderModel::gather_quantized_input). The plan does not know the weights' types:
+// 256-row blocks only where they split the rows exactly evenly (else a K-quant model's down
+// input goes as f32 rows), 32-row ones where those do or leave at most a block's difference,
+// and otherwise the 16-row tiles of the other splits.
 int64_t ffn_row_unit(const ModelConfig& config, int tp_size) {
   constexpr int64_t kKQuantBlock = 256;
   constexpr int64_t kQuantBlock = 32;
-  if (config.ffn_size % kKQuantBlock == 0 && config.ffn_size / kKQuantBlock >= 4 * tp_size) {
-    return kKQuantBlock;
-  }
-  return kQuantBlock;
+  if (config.ffn_size % (kKQuantBlock * tp_size) == 0) return kKQuantBlock;
+  if (config.ffn_size % kQuantBlock == 0) return kQuantBlock;
+  return kRowUnit;
 }
 
 // The weights layer `layer` reads per token, as a count of parameters (the routed experts'

@@ -45,12 +45,20 @@ TEST(ModelShardTest, FfnRowsSplitEvenlyInWholeQuantizationBlocks) {
   Result<ModelShard> three = ModelShard::plan(config, 3, 1, 0);
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(three->ffn_rows.begin, (std::vector<int64_t>{0, 512, 1024, 1536}));
-  // A K-quant-sized FFN (14336 = 56 x 256) goes in 256-row blocks.
+  // 256-row blocks (the K-quants' 8-bit input) where they split evenly: 14336 = 56 x 256.
   ModelConfig llama = config;
   llama.ffn_size = 14336;
-  Result<ModelShard> big = ModelShard::plan(llama, 3, 1, 0);
+  Result<ModelShard> big = ModelShard::plan(llama, 2, 1, 0);
   ASSERT_TRUE(big.ok()) << big.status().message();
-  EXPECT_EQ(big->ffn_rows.begin, (std::vector<int64_t>{0, 18 * 256, 37 * 256, 14336}));
+  EXPECT_EQ(big->ffn_rows.begin, (std::vector<int64_t>{0, 7168, 14336}));
+  // Not where they would not (1280 = 5 x 256 over 2 ranks: 512 / 768): 32-row blocks.
+  llama.ffn_size = 1280;
+  EXPECT_EQ(ModelShard::plan(llama, 2, 1, 0)->ffn_rows.begin,
+            (std::vector<int64_t>{0, 640, 1280}));
+  // Sizes that are no multiple of 32 keep the 16-row tiles: 1296 = 81 x 16.
+  llama.ffn_size = 1296;
+  EXPECT_EQ(ModelShard::plan(llama, 2, 1, 0)->ffn_rows.begin,
+            (std::vector<int64_t>{0, 640, 1296}));
 }
 
 TEST(ModelShardTest, TensorParallelCoversEveryRowOnce) {
