@@ -148,10 +148,10 @@ Result<ModelShard> join_job(const ModelOptions& options, const ModelConfig& conf
                                         "tensor-parallel ranks, so --ep must equal --tp",
                                         options.expert_parallel, options.tensor_parallel));
   }
-  if (!options.quantize.empty() || !options.experts_memory.empty() ||
-      options.numerics != "native" || options.kv_evict != "none") {
-    return unsupported("--quantize, --experts-mem, --numerics llama.cpp and --kv-evict run in one "
-                       "process (not with --tp or --pp yet)");
+  if (!options.experts_memory.empty() || options.numerics != "native" ||
+      options.kv_evict != "none") {
+    return unsupported("--experts-mem, --numerics llama.cpp and --kv-evict run in one process "
+                       "(not with --tp or --pp yet)");
   }
   if (!dist::launched_by_mpi()) {
     return invalid_argument(fmt::format("--tp {} --pp {} needs {} processes: start them with "

@@ -754,8 +754,13 @@ Status load_tensors(const TensorLookup& lookup, const ModelConfig& config,
   const int64_t vocab_first = shard.vocab_rows.first(shard.tp_rank);
   const int64_t vocab_rows = shard.vocab_rows.count(shard.tp_rank);
   if (shard.distributed() && !(shard.last_stage() && config.tied_embeddings)) {
-    // Only looked up: its rows stay in the file (no working copy of a table no product reads).
-    if (shard.first_stage()) {
+    // Only looked up: its rows stay in the file (no working copy of a table no product reads),
+    // unless --quantize asks for them as one process quantizes its table (the same bits).
+    if (shard.first_stage() && quantize) {
+      TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
+                               load.matrix("token_embd.weight", config.vocab_size, hidden,
+                                           vocab_first, vocab_rows));
+    } else if (shard.first_stage()) {
       TACHYON_ASSIGN_OR_RETURN(weights.token_embedding,
                                load.file_rows("token_embd.weight", config.vocab_size, hidden,
                                               vocab_first, vocab_rows));

@@ -124,6 +124,21 @@ def check_quantized_exchange(tachyon: str, tiny: Path, text: str) -> None:
     check("llama_gqa Q8_0 --tp 2, rank 0 at the portable level: finished, the same perplexity",
           mixed.returncode == 0 and lines and json.loads(lines[-1])["perplexity"] == alone,
           f"exit {mixed.returncode}: {mixed.stdout[-300:]} {mixed.stderr[-1500:]}")
+    # --quantize under --tp / --pp: each rank quantizes its rows (the first stage its embedding
+    # rows too) as one process would. llama_k_quant's FFN (512 rows, 256 per rank) takes the
+    # 256-value blocks of the K-quants' 8-bit input; llama_gqa (Q4_0) goes through 2 stages.
+    for name, quantize, layouts in (("llama_k_quant", "q4_k", [(2, 1)]),
+                                    ("llama_k_quant", "q6_k", [(2, 1)]),
+                                    ("llama_gqa", "q4_0", [(1, 2), (2, 2)])):
+        argv = [tachyon, "generate", "-m", str(tiny / f"{name}.f32.gguf"), "-p",
+                "0123456789abcdef", "-n", "48", "--temp", "0", "-t", "1", "--quantize", quantize]
+        one = run(argv, timeout=120)
+        for tp, pp in layouts:
+            split = run(mpirun(tp * pp, argv + ["--tp", str(tp), "--pp", str(pp)]), timeout=120)
+            check(f"{name} --quantize {quantize} --tp {tp} --pp {pp}: the same greedy text as one "
+                  f"process", one.returncode == 0 and split.returncode == 0 and
+                  one.stdout.strip() != "" and split.stdout == one.stdout,
+                  f"exit {one.returncode} / {split.returncode}: {split.stderr[-1000:]}")
 
 
 def check_tcp(tachyon: str, tiny: Path, text: str, layouts: list[tuple[int, int]]) -> None:
