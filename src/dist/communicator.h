@@ -36,10 +36,10 @@ class Communicator {
   // columns[rank], on every rank: a tensor-parallel product's rows gathered straight into place.
   virtual void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
                                   std::span<const int> columns, float* recv, int64_t stride) = 0;
-  // Every rank's block of `bytes[rank]` bytes at `send`, handed on every rank to
-  // `receive(rank, block)`, rank after rank (this rank's own too); `block` is valid only during
-  // that call. For data whose layout the caller owns (e.g. quantized column blocks), so that
-  // the receiver copies each block once, straight to where it goes.
+  // Every rank's block of `bytes[rank]` bytes (whole 4-byte words) at `send`, handed on every
+  // rank to `receive(rank, block)`, rank after rank (this rank's own too); `block` is valid
+  // only during that call. For data whose layout the caller owns (e.g. quantized column
+  // blocks), so that the receiver copies each block once, straight to where it goes.
   using BlockReceiver = FunctionRef<void(int rank, const std::byte* block)>;
   virtual void all_gather_blocks(const void* send, std::span<const int64_t> bytes,
                                  BlockReceiver receive) = 0;

@@ -133,29 +133,19 @@ void MpiCommunicator::all_gather_columns(const float* send, int64_t rows,
                                          float* recv, int64_t stride) {
   TACHYON_CHECK(static_cast<int>(widths.size()) == size_ &&
                 static_cast<int>(columns.size()) == size_);
-  if (use_shared_memory()) {
-    shared_->all_gather_columns(send, rows, widths, columns, recv, stride);
+  if (rows == 1 && !use_shared_memory()) {  // one row over MPI: every block straight into place
+    all_gather(send, widths, columns, recv);
     return;
   }
-  std::vector<int> counts(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
-  if (rows == 1) {  // one row: every block straight into place
-    for (int r = 0; r < size_; ++r) counts[static_cast<size_t>(r)] = widths[static_cast<size_t>(r)];
-    all_gather(send, counts, columns, recv);
-    return;
+  column_bytes_.resize(widths.size());
+  for (size_t r = 0; r < widths.size(); ++r) {
+    column_bytes_[r] = rows * widths[r] * static_cast<int64_t>(sizeof(float));
   }
-  int64_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    counts[static_cast<size_t>(r)] = static_cast<int>(rows * widths[static_cast<size_t>(r)]);
-    offsets[static_cast<size_t>(r)] = static_cast<int>(total);
-    total += counts[static_cast<size_t>(r)];
-  }
-  exchange_.resize(static_cast<size_t>(total));
-  all_gather(send, counts, offsets, exchange_.data());
-  for (int r = 0; r < size_; ++r) {  // rank-major blocks to rows
-    copy_rows_strided(exchange_.data() + offsets[static_cast<size_t>(r)], rows,
-                      widths[static_cast<size_t>(r)], recv + columns[static_cast<size_t>(r)],
+  all_gather_blocks(send, column_bytes_, [&](int rank, const std::byte* block) {
+    const auto r = static_cast<size_t>(rank);
+    copy_rows_strided(reinterpret_cast<const float*>(block), rows, widths[r], recv + columns[r],
                       stride);
-  }
+  });
 }
 
 bool MpiCommunicator::use_shared_memory() {
@@ -176,20 +166,28 @@ void MpiCommunicator::all_gather_blocks(const void* send, std::span<const int64_
     shared_->all_gather_blocks(send, bytes, receive);
     return;
   }
+  // Counted in 4-byte words (MPI counts are ints: up to 8 GiB in all, as for f32 rows).
+  static const MPI_Datatype word = [] {
+    MPI_Datatype type;
+    MPI_Type_contiguous(4, MPI_BYTE, &type);
+    MPI_Type_commit(&type);
+    return type;
+  }();
   std::vector<int> counts(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
   int64_t total = 0;
   for (int r = 0; r < size_; ++r) {
     const int64_t count = bytes[static_cast<size_t>(r)];
-    TACHYON_CHECK(count >= 0 && total + count <= INT_MAX);  // one step's activations: far less
-    counts[static_cast<size_t>(r)] = static_cast<int>(count);
+    TACHYON_CHECK(count >= 0 && count % 4 == 0 && total + count / 4 <= INT_MAX);
+    counts[static_cast<size_t>(r)] = static_cast<int>(count / 4);
     offsets[static_cast<size_t>(r)] = static_cast<int>(total);
-    total += count;
+    total += count / 4;
   }
-  exchange_bytes_.resize(static_cast<size_t>(total));
-  MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, exchange_bytes_.data(),
-                 counts.data(), offsets.data(), MPI_BYTE, comm_of(handle_));
+  exchange_.resize(static_cast<size_t>(total));
+  MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], word, exchange_.data(), counts.data(),
+                 offsets.data(), word, comm_of(handle_));
   for (int r = 0; r < size_; ++r) {
-    receive(r, exchange_bytes_.data() + offsets[static_cast<size_t>(r)]);
+    receive(r, reinterpret_cast<const std::byte*>(exchange_.data() +
+                                                  offsets[static_cast<size_t>(r)]));
   }
 }
 

@@ -3,6 +3,7 @@
 // TCP). Only the C API is used.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -56,13 +57,13 @@ class MpiCommunicator final : public Communicator {
   bool owned_;  // freed with MPI_Comm_free (split results), not MPI_COMM_WORLD
   int rank_ = 0;
   int size_ = 1;
-  // all_gather_columns and all_gather_blocks: through a shared-memory window when every rank
-  // is on this host (made at the first call, collectively; `shared_checked_` once decided),
-  // else rank-major through MPI into `exchange_` / `exchange_bytes_`, then unpacked.
+  // all_gather_blocks (and all_gather_columns through it): through a shared-memory window
+  // when every rank is on this host (made at the first call, collectively; `shared_checked_`
+  // once decided), else rank-major through MPI into `exchange_` (4-byte words), then unpacked.
   std::unique_ptr<SharedMemoryExchange> shared_;
   bool shared_checked_ = false;
-  std::vector<float> exchange_;
-  std::vector<std::byte> exchange_bytes_;
+  std::vector<uint32_t> exchange_;
+  std::vector<int64_t> column_bytes_;  // all_gather_columns: each rank's block (reused)
 };
 
 }  // namespace tachyon::dist

@@ -92,21 +92,4 @@ void SharedMemoryExchange::all_gather_blocks(const void* send, std::span<const i
   }
 }
 
-void SharedMemoryExchange::all_gather_columns(const float* send, int64_t rows,
-                                              std::span<const int> widths,
-                                              std::span<const int> columns, float* recv,
-                                              int64_t stride) {
-  TACHYON_CHECK(static_cast<int>(widths.size()) == size_ &&
-                static_cast<int>(columns.size()) == size_);
-  column_bytes_.resize(widths.size());
-  for (size_t r = 0; r < widths.size(); ++r) {
-    column_bytes_[r] = rows * widths[r] * static_cast<int64_t>(sizeof(float));
-  }
-  all_gather_blocks(send, column_bytes_, [&](int rank, const std::byte* block) {
-    const auto r = static_cast<size_t>(rank);
-    copy_rows_strided(reinterpret_cast<const float*>(block), rows, widths[r], recv + columns[r],
-                      stride);
-  });
-}
-
 }  // namespace tachyon::dist

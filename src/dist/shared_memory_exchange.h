@@ -31,10 +31,8 @@ class SharedMemoryExchange {
   SharedMemoryExchange(const SharedMemoryExchange&) = delete;
   SharedMemoryExchange& operator=(const SharedMemoryExchange&) = delete;
 
-  // Communicator::all_gather_columns and all_gather_blocks. Collective; every rank passes the
-  // same sizes (the window grows, collectively, at the same call on every rank).
-  void all_gather_columns(const float* send, int64_t rows, std::span<const int> widths,
-                          std::span<const int> columns, float* recv, int64_t stride);
+  // Communicator::all_gather_blocks. Collective; every rank passes the same sizes (the window
+  // grows, collectively, at the same call on every rank).
   void all_gather_blocks(const void* send, std::span<const int64_t> bytes,
                          Communicator::BlockReceiver receive);
 
@@ -53,7 +51,6 @@ class SharedMemoryExchange {
   std::vector<std::byte*> slots_;
   int64_t capacity_ = 0;
   int next_buffer_ = 0;
-  std::vector<int64_t> column_bytes_;  // all_gather_columns: each rank's block (reused)
 };
 
 }  // namespace tachyon::dist
