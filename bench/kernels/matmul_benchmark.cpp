@@ -148,7 +148,7 @@ void register_all() {
   std::vector<DType> all_types(std::begin(types), std::end(types));
   all_types.push_back(DType::kQ5_K);
   for (DType type : all_types) {
-    for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512}) {
+    for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512, KernelLevel::kAmx}) {
       if (!kernel_level_available(level)) continue;
       std::vector<Shape> type_shapes(std::begin(shapes), std::end(shapes));
       if (is_k_type(type)) type_shapes.assign(std::begin(k_shapes), std::end(k_shapes));

@@ -39,6 +39,11 @@ CpuFeatures detect() {
   f.avx512bw = os_saves_zmm && (ebx & bit_AVX512BW);
   f.avx512vl = os_saves_zmm && (ebx & bit_AVX512VL);
   f.avx512vnni = os_saves_zmm && (ecx & bit_AVX512VNNI);
+  // AMX: CPUID.(7,0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); XCR0 bits 17-18 (XTILECFG,
+  // XTILEDATA) say the OS manages tile state. Linux still wants each process to ask for it
+  // (arch_prctl ARCH_REQ_XCOMP_PERM), which kernels/cpu/kernel_level.cpp does.
+  const bool os_saves_tiles = os_saves_zmm && ((_xgetbv_state() & 0x60000) == 0x60000);
+  f.amx_int8 = os_saves_tiles && (edx & (1u << 24)) && (edx & (1u << 25));
   unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
   if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1)) {
     f.avx512bf16 = os_saves_zmm && (eax1 & (1u << 5));  // CPUID.(7,1):EAX bit 5
@@ -71,6 +76,7 @@ std::string CpuFeatures::describe() const {
   add(avx512vl, "avx512vl");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
+  add(amx_int8, "amx_int8");
   return out.empty() ? "scalar" : out;
 }
 

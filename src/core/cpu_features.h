@@ -14,6 +14,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool amx_int8 = false;  // AMX-TILE + AMX-INT8, tile state enabled in XCR0 (the OS supports it)
   bool intel = false;  // the vendor string is GenuineIntel (some tuning differs by vendor)
 
   bool has_avx2_kernels() const { return avx2 && fma && f16c; }

@@ -24,6 +24,7 @@ WIDENED = {1: "F16", 30: "BF16"}
 K_QUANTS = {12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
 EXPECTED = {
     "matmul_avx512.cpp.o": {**REPACKED_Q8, **WIDENED, **K_QUANTS},
+    "matmul_amx.cpp.o": {**REPACKED_Q8, **WIDENED, **K_QUANTS},
     "matmul_avx2.cpp.o": {**REPACKED_Q8, **WIDENED, **K_QUANTS},
 }
 

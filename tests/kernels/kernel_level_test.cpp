@@ -62,7 +62,11 @@ TEST(KernelLevelTest, EveryFamilyRunsAtTheActiveLevel) {
   run_every_family();
   for (int f = 0; f < kNumKernelFamilies; ++f) {
     const auto family = static_cast<KernelFamily>(f);
-    EXPECT_EQ(family_level(family), active_kernel_level()) << kernel_family_name(family);
+    // Only matmul has tile kernels: at the amx level the others run their avx512 code.
+    const KernelLevel expected = family == KernelFamily::kMatmul
+                                     ? active_kernel_level()
+                                     : vector_level(active_kernel_level());
+    EXPECT_EQ(family_level(family), expected) << kernel_family_name(family);
   }
 }
 
@@ -89,10 +93,18 @@ TEST(KernelLevelTest, LevelsFollowTheCpuFeatures) {
   EXPECT_TRUE(kernel_level_available(KernelLevel::kReference));
   EXPECT_EQ(kernel_level_available(KernelLevel::kAvx2), cpu.has_avx2_kernels());
   EXPECT_EQ(kernel_level_available(KernelLevel::kAvx512), cpu.has_avx512_kernels());
+  // amx also needs the kernel's permission (arch_prctl), which the CPU bits cannot show.
+  if (kernel_level_available(KernelLevel::kAmx)) {
+    EXPECT_TRUE(cpu.amx_int8);
+  }
+  if (!cpu.amx_int8 || !cpu.has_avx512_kernels()) {
+    EXPECT_FALSE(kernel_level_available(KernelLevel::kAmx));
+  }
   EXPECT_TRUE(kernel_level_available(active_kernel_level()));
   EXPECT_EQ(kernel_level_name(KernelLevel::kReference), "portable");
   EXPECT_EQ(kernel_level_name(KernelLevel::kAvx2), "avx2");
   EXPECT_EQ(kernel_level_name(KernelLevel::kAvx512), "avx512");
+  EXPECT_EQ(kernel_level_name(KernelLevel::kAmx), "amx");
 }
 
 }  // namespace

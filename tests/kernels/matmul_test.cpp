@@ -136,7 +136,7 @@ WeightMatrix repacked_copy(const WeightMatrix& file, HugePageArena& arena) {
 
 std::vector<KernelLevel> simd_levels() {
   std::vector<KernelLevel> levels;
-  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512}) {
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512, KernelLevel::kAmx}) {
     if (kernel_level_available(level)) levels.push_back(level);
   }
   return levels;
@@ -236,7 +236,7 @@ TEST(MatmulTest, QuantizeActivationsMatchesReferenceExactly) {
                                        s_ref.data());
     for (KernelLevel level : simd_levels()) {
       SCOPED_TRACE(std::string(kernel_level_name(level)) + " cols=" + std::to_string(cols));
-      if (level == KernelLevel::kAvx2) {
+      if (level == KernelLevel::kAvx2) {  // (the amx level quantizes with avx512's code)
         avx2::quantize_activations(x.data(), tokens, cols, qs.data(), d.data(), s.data());
       } else {
         avx512::quantize_activations(x.data(), tokens, cols, qs.data(), d.data(), s.data());

@@ -262,6 +262,7 @@ void attention_span_update_at_level(KernelLevel level, const float* queries, int
   TACHYON_CHECK(kernel_level_available(level));
   note_family_level(KernelFamily::kAttention, level);
   switch (level) {
+    case KernelLevel::kAmx:
     case KernelLevel::kAvx512:
       if (avx512::attention_span_update_supports(head_size)) {
         return avx512::attention_span_update TACHYON_SPAN_UPDATE_ARGS;
@@ -406,6 +407,7 @@ struct Q8KeyValueRows {
 
 bool attention_reads_f16_at_level(KernelLevel level, int head_size) {
   switch (level) {
+    case KernelLevel::kAmx:
     case KernelLevel::kAvx512:
       return avx512::attention_span_update_supports(head_size);
     case KernelLevel::kAvx2:
@@ -439,7 +441,7 @@ void attention_span_update_f16_at_level(KernelLevel level, const float* queries,
     value_groups =
         rows.copy(key_groups, key_stride, head_size, groups_holding(num_tokens, visible));
   }
-  if (level == KernelLevel::kAvx512) {
+  if (level >= KernelLevel::kAvx512) {
     return avx512::attention_span_update_f16 TACHYON_SPAN_UPDATE_F16_ARGS;
   }
   avx2::attention_span_update_f16 TACHYON_SPAN_UPDATE_F16_ARGS;
@@ -566,6 +568,7 @@ void attention_span_update_q8_at_level(KernelLevel level, const Q8Queries& queri
     span = rows.copy(given_span, head_size, groups_holding(num_tokens, visible));
   }
   switch (level) {
+    case KernelLevel::kAmx:
     case KernelLevel::kAvx512:
       return avx512::attention_span_update_q8(queries, num_tokens, group, head_size, visible,
                                               span, scores, score_stride, running_max,

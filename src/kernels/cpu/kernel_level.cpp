@@ -7,12 +7,33 @@
 
 #include "core/cpu_features.h"
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tachyon::kernels {
 namespace {
 
 // The level each family ran last; -1 until it runs.
 std::array<std::atomic<int>, kNumKernelFamilies> g_family_levels{-1, -1, -1, -1, -1, -1};
 static_assert(kNumKernelFamilies == 6, "one -1 per family above");
+
+// Linux lets a process use AMX tile data only after asking (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, since 5.16): the tiles' 8 KiB of state are then saved on context switches.
+// Asked once; the permission covers every thread of the process.
+bool amx_permitted() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
+}
 
 bool parse_level(const char* text, KernelLevel& level) {
   if (std::strcmp(text, "portable") == 0 || std::strcmp(text, "reference") == 0) {
@@ -21,6 +42,8 @@ bool parse_level(const char* text, KernelLevel& level) {
     level = KernelLevel::kAvx2;
   } else if (std::strcmp(text, "avx512") == 0) {
     level = KernelLevel::kAvx512;
+  } else if (std::strcmp(text, "amx") == 0) {
+    level = KernelLevel::kAmx;
   } else {
     return false;
   }
@@ -38,14 +61,15 @@ KernelLevel decide_level() {
   if (requested == nullptr || *requested == '\0') return best;
   KernelLevel level = best;
   if (!parse_level(requested, level)) {
-    std::fprintf(stderr, "tachyon: %s=%s is not a level (want portable, avx2 or avx512)\n",
+    std::fprintf(stderr, "tachyon: %s=%s is not a level (want portable, avx2, avx512 or amx)\n",
                  variable, requested);
     std::exit(2);
   }
   if (static_cast<int>(level) > static_cast<int>(best)) {
     std::fprintf(stderr,
                  "tachyon: %s=%s, but this CPU lacks it (it has: %s; best level: %s). avx2 "
-                 "needs avx2 fma f16c; avx512 also avx512f avx512bw avx512vl avx512vnni\n",
+                 "needs avx2 fma f16c; avx512 also avx512f avx512bw avx512vl avx512vnni; amx also "
+                 "amx_tile amx_int8 and the kernel's permission (Linux 5.16+)\n",
                  variable, requested, CpuFeatures::get().describe().c_str(),
                  std::string(kernel_level_name(best)).c_str());
     std::exit(2);
@@ -57,6 +81,9 @@ KernelLevel decide_level() {
 
 KernelLevel best_kernel_level() {
   const CpuFeatures& features = CpuFeatures::get();
+  if (features.has_avx512_kernels() && features.amx_int8 && amx_permitted()) {
+    return KernelLevel::kAmx;
+  }
   if (features.has_avx512_kernels()) return KernelLevel::kAvx512;
   if (features.has_avx2_kernels()) return KernelLevel::kAvx2;
   return KernelLevel::kReference;
@@ -75,6 +102,8 @@ std::string_view kernel_level_name(KernelLevel level) {
       return "avx2";
     case KernelLevel::kAvx512:
       return "avx512";
+    case KernelLevel::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -103,10 +132,13 @@ std::string_view kernel_family_name(KernelFamily family) {
 
 KernelLevel family_level(KernelFamily family) {
   const int level = g_family_levels[static_cast<int>(family)].load(std::memory_order_relaxed);
-  return level < 0 ? active_kernel_level() : static_cast<KernelLevel>(level);
+  if (level >= 0) return static_cast<KernelLevel>(level);
+  return family == KernelFamily::kMatmul ? active_kernel_level()
+                                         : vector_level(active_kernel_level());
 }
 
 void note_family_level(KernelFamily family, KernelLevel level) {
+  if (family != KernelFamily::kMatmul) level = vector_level(level);  // only matmul has tiles
   std::atomic<int>& slot = g_family_levels[static_cast<int>(family)];
   // Read first: a store to a line every thread reads would bounce it between cores.
   if (slot.load(std::memory_order_relaxed) != static_cast<int>(level)) {

@@ -1,9 +1,9 @@
 // KernelLevel: which instruction set the CPU kernels run, decided in this one place from the
 // CPU's feature bits (CPUID, never its model name) and followed by every kernel family.
 //
-// TACHYON_CPU_LEVEL=portable|avx2|avx512 forces a level (to measure or test AVX2 on an AVX-512
-// machine); a level the CPU lacks is refused with a message and exit status 2 rather than
-// crashing on an illegal instruction. TACHYON_KERNELS (reference|avx2|avx512) is the older name
+// TACHYON_CPU_LEVEL=portable|avx2|avx512|amx forces a level (to measure or test AVX2 on an
+// AVX-512 machine, or AVX-512 without AMX tiles); a level the CPU lacks is refused with a message
+// and exit status 2 rather than crashing on an illegal instruction. TACHYON_KERNELS (reference|avx2|avx512) is the older name
 // and still works.
 //
 // A family's entry points dispatch with TACHYON_DISPATCH_BY_LEVEL (or by hand, for families with
@@ -19,13 +19,19 @@ namespace tachyon::kernels {
 
 // kReference is the portable code: scalar oracles (matmul) or plain loops compiled for
 // baseline x86-64 (SSE2). kAvx2 needs AVX2 + FMA + F16C; kAvx512 adds AVX-512 F/BW/VL/VNNI.
-enum class KernelLevel { kReference, kAvx2, kAvx512 };
+// kAmx is kAvx512 plus AMX tiles (AMX-TILE + AMX-INT8, and the OS's permission to use them):
+// prompt-sized products of 8-bit weights run on the tiles, everything else is kAvx512's code.
+enum class KernelLevel { kReference, kAvx2, kAvx512, kAmx };
 
 // The best level this CPU has.
 KernelLevel best_kernel_level();
 // The level every kernel runs: the best one, or the one TACHYON_CPU_LEVEL asks for.
 KernelLevel active_kernel_level();
-std::string_view kernel_level_name(KernelLevel level);  // "portable", "avx2", "avx512"
+std::string_view kernel_level_name(KernelLevel level);  // "portable", "avx2", "avx512", "amx"
+// The vector code `level` runs outside the tile kernels: kAvx512 for kAmx, else `level`.
+constexpr KernelLevel vector_level(KernelLevel level) {
+  return level == KernelLevel::kAmx ? KernelLevel::kAvx512 : level;
+}
 // True when this CPU can run `level` (kReference always).
 bool kernel_level_available(KernelLevel level);
 
@@ -53,7 +59,8 @@ std::string describe_family_levels();
              "f16c,bmi,bmi2,lzcnt,popcnt")))
 
 // Defines NAME (with parameter list PARAMS, forwarding ARGS) from an always-inline NAME##_body:
-// one copy of the body per level and a dispatch on active_kernel_level() that notes FAMILY.
+// one copy of the body per vector level and a dispatch on active_kernel_level() that notes
+// FAMILY.
 //   TACHYON_DISPATCH_BY_LEVEL(KernelFamily::kRope, void, rope_rotate,
 //                             (float* heads, int n), (heads, n))
 #define TACHYON_DISPATCH_BY_LEVEL(FAMILY, RETURN, NAME, PARAMS, ARGS) \
@@ -70,9 +77,11 @@ std::string describe_family_levels();
   }                                                                   \
   RETURN NAME PARAMS {                                                \
     static const ::tachyon::kernels::KernelLevel level =              \
-        ::tachyon::kernels::active_kernel_level();                    \
+        ::tachyon::kernels::vector_level(                             \
+            ::tachyon::kernels::active_kernel_level());               \
     ::tachyon::kernels::note_family_level(FAMILY, level);             \
     switch (level) {                                                  \
+      case ::tachyon::kernels::KernelLevel::kAmx:                     \
       case ::tachyon::kernels::KernelLevel::kAvx512:                  \
         return NAME##_avx512 ARGS;                                    \
       case ::tachyon::kernels::KernelLevel::kAvx2:                    \

@@ -48,14 +48,16 @@ void matmul_range(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   thread_local std::vector<float> scratch_buffer;
   float* scratch = grown(scratch_buffer, matmul_scratch_floats(job.w->cols, job.num_tokens));
   if (job.k_path) {
-    if (job.level == KernelLevel::kAvx512) {
+    if (job.level >= KernelLevel::kAvx512) {
       avx512::matmul_rows_k(*job.w, *job.k_acts, job.y, row_begin, row_end, scratch);
     } else {
       avx2::matmul_rows_k(*job.w, *job.k_acts, job.y, row_begin, row_end, scratch);
     }
     return;
   }
-  if (job.level == KernelLevel::kAvx512) {
+  if (job.level == KernelLevel::kAmx) {
+    amx::matmul_rows(*job.w, *job.acts, job.x, job.num_tokens, job.y, row_begin, row_end, scratch);
+  } else if (job.level == KernelLevel::kAvx512) {
     avx512::matmul_rows(*job.w, *job.acts, job.x, job.num_tokens, job.y, row_begin, row_end,
                         scratch);
   } else {

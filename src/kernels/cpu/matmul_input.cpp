@@ -24,7 +24,7 @@ T* grown(std::vector<T>& buffer, int64_t size) {
 // Rows of f32 values (`cols` each) quantized at `level` into the 32-value blocks' arrays.
 void quantize_q8(KernelLevel level, const float* x, int64_t rows, int64_t cols, int8_t* qs,
                  float* d, float* s) {
-  if (level == KernelLevel::kAvx512) {
+  if (level >= KernelLevel::kAvx512) {
     avx512::quantize_activations(x, rows, cols, qs, d, s);
   } else {
     avx2::quantize_activations(x, rows, cols, qs, d, s);
@@ -34,7 +34,7 @@ void quantize_q8(KernelLevel level, const float* x, int64_t rows, int64_t cols, 
 // The same into the 256-value blocks' arrays.
 void quantize_q8_k(KernelLevel level, const float* x, int64_t rows, int64_t cols, int8_t* qs,
                    float* d, int16_t* bsums) {
-  if (level == KernelLevel::kAvx512) {
+  if (level >= KernelLevel::kAvx512) {
     avx512::quantize_activations_k(x, rows, cols, qs, d, bsums);
   } else {
     avx2::quantize_activations_k(x, rows, cols, qs, d, bsums);

@@ -36,9 +36,10 @@ inline int64_t decode_prefetch_of(const WeightMatrix& w) {
 }
 
 // Floats of per-thread scratch matmul_rows needs for rows of `cols` values and `num_tokens`
-// tokens (the Q8_0 path keeps one int32 per token and 32-value block).
+// tokens (the Q8_0 path keeps one int32 per token and 32-value block; the amx level's a ring of
+// 8 tiles of 16 x 16 int32 and 16 tokens' padded activations).
 inline int64_t matmul_scratch_floats(int64_t cols, int64_t num_tokens) {
-  return kPanelRows * (cols + 16) + 64 + num_tokens * (cols / 32);
+  return kPanelRows * (cols + 16) + 64 + num_tokens * (cols / 32) + 8 * 256;
 }
 
 // The generic fallback's way to the reference dequantizer: defined in matmul.cpp (generic
@@ -67,6 +68,7 @@ void dequantize_for_fallback(DType type, const uint8_t* src, float* dst, int64_t
 
 TACHYON_DECLARE_MATMUL_LEVEL(avx2)
 TACHYON_DECLARE_MATMUL_LEVEL(avx512)
+TACHYON_DECLARE_MATMUL_LEVEL(amx)
 
 #undef TACHYON_DECLARE_MATMUL_LEVEL
 
