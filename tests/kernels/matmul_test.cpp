@@ -438,7 +438,7 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
 // reference::dot_q8_k's (exact integer super-block sums, then its muls and adds), so every SIMD
 // level equals the reference bit for bit, for every token count (1..65: the decode, direct and
 // panel paths, every token-tile remainder, the K-quant tiles' 4-, 2- and 1-token passes, AVX2's
-// Q6_K panels of rows read back from tiles) and row count (partial 8-row groups and 16-row
+// K-quant lane panels from 8 tokens on) and row count (partial 8-row groups and 16-row
 // tiles, odd thread splits), from the file's layout and from weights repacked at load.
 class MatmulQ8TypeTest : public testing::TestWithParam<DType> {};
 
@@ -503,7 +503,7 @@ void expect_repacked_matches_file(const WeightMatrix& file, const WeightMatrix& 
 
 // K-quant weights repacked at load (16-row tiles) give exactly what the file's layout gives, at
 // every level: the kernels read the tiles (1, 2 or 4 tokens at a time; AVX2 as two 8-row
-// halves, and from 16 tokens Q6_K's rows read back for its panels); last partial tiles, odd
+// halves, and from 8 tokens through lane panels of each half); last partial tiles, odd
 // thread splits and 1-19, 64 and 67 tokens included. The repacking itself round-trips.
 TEST(MatmulTest, RepackedKQuantsMatchFileLayoutBitForBit) {
   std::mt19937 rng(4096);
